@@ -1,0 +1,50 @@
+//! The multi-threaded CPU backend: runs the engine's own kernels directly.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Backend, ForwardStats};
+use crate::error::Result;
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig, Transformer};
+
+/// Executes forwards on this machine's cores.
+pub struct CpuBackend {
+    model: Arc<Transformer>,
+}
+
+impl CpuBackend {
+    /// Wraps a loaded transformer (shared, so several backends can run the same weights).
+    pub fn new(model: Arc<Transformer>) -> Self {
+        crate::threads::init(0);
+        CpuBackend { model }
+    }
+    /// The model this backend runs.
+    pub fn model(&self) -> &Arc<Transformer> {
+        &self.model
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        format!("cpu:{}t", crate::threads::count())
+    }
+    fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        self.model.new_cache(capacity)
+    }
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
+        let t0 = Instant::now();
+        let out = self.model.forward(req, cache)?;
+        let stats = ForwardStats {
+            wall_s: t0.elapsed().as_secs_f64(),
+            simulated_s: None,
+            energy_j: None,
+            tokens: req.tokens.len(),
+            padded_tokens: req.tokens.len(),
+            flops: out.flops,
+        };
+        Ok((out, stats))
+    }
+}

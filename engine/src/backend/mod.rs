@@ -1,0 +1,48 @@
+//! Execution backends. Decoding reaches them only through [`Backend`].
+
+pub mod cpu;
+
+use crate::error::Result;
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig};
+
+/// Static shape buckets and launch cost a backend prefers (drives speculative window sizing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostProfile {
+    /// Token counts graphs are compiled for; a call pads up to the next bucket. Empty = dynamic.
+    pub token_buckets: Vec<usize>,
+    /// Fixed cost per forward launch, seconds.
+    pub launch_overhead_s: f64,
+}
+
+/// What one forward cost, as the backend accounts it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ForwardStats {
+    /// Measured wall time on this machine, seconds.
+    pub wall_s: f64,
+    /// Simulated device time, seconds (virtual NPU only).
+    pub simulated_s: Option<f64>,
+    /// Simulated energy, joules (virtual NPU only).
+    pub energy_j: Option<f64>,
+    /// Tokens in the block before padding.
+    pub tokens: usize,
+    /// Tokens after padding to the shape bucket.
+    pub padded_tokens: usize,
+    pub flops: f64,
+}
+
+/// The level of work decoding asks for: "run the layer stack on a block with this KV cache;
+/// logits for these rows".
+pub trait Backend: Send {
+    /// Short name for logs and traces ("cpu", "vnpu:sm8750", ...).
+    fn name(&self) -> String;
+    /// The model's configuration.
+    fn config(&self) -> &ModelConfig;
+    /// A cache for `capacity` positions, in whatever layout the backend keeps.
+    fn new_cache(&self, capacity: usize) -> KvCache;
+    /// Runs one forward.
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)>;
+    /// Shape buckets and launch cost; `None` for dynamic-shape backends like the CPU.
+    fn cost_profile(&self) -> Option<CostProfile> {
+        None
+    }
+}

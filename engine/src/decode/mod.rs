@@ -1,0 +1,1 @@
+//! dLLM and AR decoding policies (filled in by the decoding work).

@@ -1,0 +1,62 @@
+//! Typed engine errors: every failure names the file or tensor and what is wrong.
+
+use std::path::PathBuf;
+
+/// Result alias for engine operations.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// An I/O error on a named file.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, #[source] source: std::io::Error },
+    /// A file whose bytes do not follow its format.
+    #[error("{path}: corrupt {format} file: {reason}")]
+    Corrupt { path: PathBuf, format: &'static str, reason: String },
+    /// A required tensor is absent from the checkpoint.
+    #[error("{path}: missing tensor `{name}`")]
+    MissingTensor { path: PathBuf, name: String },
+    /// A tensor has the wrong shape for the configuration.
+    #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
+    ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    /// A tensor's data type is not supported where it is used.
+    #[error("tensor `{name}`: unsupported dtype {dtype}")]
+    UnsupportedDType { name: String, dtype: String },
+    /// A config.json or GGUF metadata problem.
+    #[error("{path}: bad model config: {reason}")]
+    Config { path: PathBuf, reason: String },
+    /// The checkpoint names an architecture we do not run.
+    #[error("{path}: unknown architecture `{arch}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3)")]
+    UnknownArchitecture { path: PathBuf, arch: String },
+    /// No tokenizer could be found or built.
+    #[error("{path}: tokenizer: {reason}")]
+    Tokenizer { path: PathBuf, reason: String },
+    /// The request does not fit the model (too long, bad ids, ...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The prompt plus generation exceeds the model context.
+    #[error("sequence of {len} tokens exceeds the model context of {max} tokens")]
+    ContextOverflow { len: usize, max: usize },
+    /// The run was cancelled by the caller.
+    #[error("cancelled")]
+    Cancelled,
+    /// A backend-specific failure.
+    #[error("backend {backend}: {reason}")]
+    Backend { backend: String, reason: String },
+}
+
+impl EngineError {
+    /// Wraps an I/O error with the path it happened on.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        EngineError::Io { path: path.into(), source }
+    }
+    /// A corrupt-file error.
+    pub fn corrupt(path: impl Into<PathBuf>, format: &'static str, reason: impl Into<String>) -> Self {
+        EngineError::Corrupt { path: path.into(), format, reason: reason.into() }
+    }
+    /// A config error.
+    pub fn config(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        EngineError::Config { path: path.into(), reason: reason.into() }
+    }
+}

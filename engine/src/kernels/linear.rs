@@ -1,0 +1,232 @@
+//! The GEMM seam: a weight matrix in any storage format, multiplied by a block of activations.
+//! Model code calls [`Linear::forward`] and never branches on formats.
+
+use rayon::prelude::*;
+
+use crate::error::{EngineError, Result};
+use crate::model::tensor::{DType, RawTensor, TensorBytes};
+
+use super::quant::dequantize_into;
+
+/// How a weight matrix is held in memory.
+#[derive(Clone, Debug)]
+pub enum WeightStorage {
+    /// f32 values viewed in place in the checkpoint map (zero-copy).
+    F32Mapped(TensorBytes),
+    /// f32 values owned by the process.
+    F32Owned(Vec<f32>),
+    /// Any other storage (f16, bf16, GGUF blocks): rows are dequantised in panels at use.
+    Packed { dtype: DType, bytes: TensorBytes },
+}
+
+/// A `[n_out, k_in]` weight matrix (HF `[out, in]` layout): `y = x · Wᵀ`.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    pub name: String,
+    pub n_out: usize,
+    pub k_in: usize,
+    pub storage: WeightStorage,
+}
+
+/// Output rows dequantised together for packed formats (fits L2 comfortably at k = 4096).
+const PANEL: usize = 32;
+
+impl Linear {
+    /// Wraps a 2-D checkpoint tensor, checking its shape.
+    pub fn from_raw(t: RawTensor, n_out: usize, k_in: usize) -> Result<Self> {
+        t.expect_shape(&[n_out, k_in])?;
+        Self::from_raw_unchecked(t.name, t.dtype, t.data, n_out, k_in)
+    }
+
+    /// Wraps raw bytes already known to hold `[n_out, k_in]` values of `dtype`.
+    pub fn from_raw_unchecked(name: String, dtype: DType, data: TensorBytes, n_out: usize, k_in: usize) -> Result<Self> {
+        if dtype.bytes_for(k_in).is_none() || dtype.bytes_for(n_out * k_in) != Some(data.len()) {
+            return Err(EngineError::UnsupportedDType {
+                name,
+                dtype: format!("{dtype} with row length {k_in} ({} bytes)", data.len()),
+            });
+        }
+        let storage = match dtype {
+            DType::F32 => {
+                if bytemuck::try_cast_slice::<u8, f32>(data.as_slice()).is_ok() {
+                    WeightStorage::F32Mapped(data)
+                } else {
+                    let v: Vec<f32> = data
+                        .as_slice()
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
+                    WeightStorage::F32Owned(v)
+                }
+            }
+            DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q4_K | DType::Q6_K => {
+                WeightStorage::Packed { dtype, bytes: data }
+            }
+            _ => return Err(EngineError::UnsupportedDType { name, dtype: dtype.to_string() }),
+        };
+        Ok(Linear { name, n_out, k_in, storage })
+    }
+
+    /// An owned f32 matrix.
+    pub fn from_f32(name: impl Into<String>, n_out: usize, k_in: usize, w: Vec<f32>) -> Self {
+        assert_eq!(w.len(), n_out * k_in);
+        Linear { name: name.into(), n_out, k_in, storage: WeightStorage::F32Owned(w) }
+    }
+
+    /// Storage dtype.
+    pub fn dtype(&self) -> DType {
+        match &self.storage {
+            WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_) => DType::F32,
+            WeightStorage::Packed { dtype, .. } => *dtype,
+        }
+    }
+
+    /// Bytes the weights occupy.
+    pub fn bytes(&self) -> usize {
+        match &self.storage {
+            WeightStorage::F32Mapped(b) => b.len(),
+            WeightStorage::F32Owned(v) => v.len() * 4,
+            WeightStorage::Packed { bytes, .. } => bytes.len(),
+        }
+    }
+
+    fn f32_slice(&self) -> Option<&[f32]> {
+        match &self.storage {
+            WeightStorage::F32Mapped(b) => bytemuck::try_cast_slice(b.as_slice()).ok(),
+            WeightStorage::F32Owned(v) => Some(v),
+            WeightStorage::Packed { .. } => None,
+        }
+    }
+
+    /// Writes row `r` (one output unit, `k_in` values) as f32 into `out` (embedding lookups).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let k = self.k_in;
+        match &self.storage {
+            WeightStorage::Packed { dtype, bytes } => {
+                let rb = dtype.bytes_for(k).unwrap_or(0);
+                let b = &bytes.as_slice()[r * rb..(r + 1) * rb];
+                let _ = dequantize_into(*dtype, b, out);
+            }
+            _ => {
+                if let Some(w) = self.f32_slice() {
+                    out.copy_from_slice(&w[r * k..(r + 1) * k]);
+                }
+            }
+        }
+    }
+
+    /// `y[m, n_out] = x[m, k_in] · Wᵀ` (overwrites `y`).
+    pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        let (n, k) = (self.n_out, self.k_in);
+        debug_assert!(x.len() >= m * k && y.len() >= m * n);
+        if m == 0 || n == 0 {
+            return;
+        }
+        if let Some(w) = self.f32_slice() {
+            // SAFETY: x is m×k row-major, w is n×k row-major read as the k×n matrix Wᵀ (row stride 1,
+            // column stride k), y is m×n row-major; all slices are long enough (checked above).
+            unsafe {
+                gemm::gemm(
+                    m, n, k,
+                    y.as_mut_ptr(), 1, n as isize,
+                    false,
+                    x.as_ptr(), 1, k as isize,
+                    w.as_ptr(), k as isize, 1,
+                    0.0f32, 1.0f32,
+                    false, false, false,
+                    gemm::Parallelism::Rayon(rayon::current_num_threads()),
+                );
+            }
+            return;
+        }
+        let WeightStorage::Packed { dtype, bytes } = &self.storage else { return };
+        let rb = dtype.bytes_for(k).unwrap_or(0);
+        let bytes = bytes.as_slice();
+        // Each panel of output columns is independent: dequantise it, then one small GEMM.
+        let panels: Vec<(usize, Vec<f32>)> = (0..n.div_ceil(PANEL))
+            .into_par_iter()
+            .map(|p| {
+                let j0 = p * PANEL;
+                let j1 = (j0 + PANEL).min(n);
+                let mut w = vec![0.0f32; (j1 - j0) * k];
+                for (j, wr) in (j0..j1).zip(w.chunks_exact_mut(k)) {
+                    let _ = dequantize_into(*dtype, &bytes[j * rb..(j + 1) * rb], wr);
+                }
+                let mut yp = vec![0.0f32; m * (j1 - j0)];
+                // SAFETY: yp is m×(j1-j0), x is m×k, w is (j1-j0)×k read transposed; sizes match.
+                unsafe {
+                    gemm::gemm(
+                        m, j1 - j0, k,
+                        yp.as_mut_ptr(), 1, (j1 - j0) as isize,
+                        false,
+                        x.as_ptr(), 1, k as isize,
+                        w.as_ptr(), k as isize, 1,
+                        0.0f32, 1.0f32,
+                        false, false, false,
+                        gemm::Parallelism::None,
+                    );
+                }
+                (j0, yp)
+            })
+            .collect();
+        for (j0, yp) in panels {
+            let w = yp.len() / m;
+            for i in 0..m {
+                y[i * n + j0..i * n + j0 + w].copy_from_slice(&yp[i * w..(i + 1) * w]);
+            }
+        }
+    }
+
+    /// Plain triple-loop reference of [`Linear::forward`] (tests only).
+    pub fn forward_reference(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        let (n, k) = (self.n_out, self.k_in);
+        let mut row = vec![0.0f32; k];
+        for j in 0..n {
+            self.row_into(j, &mut row);
+            for i in 0..m {
+                let mut acc = 0.0f64;
+                for t in 0..k {
+                    acc += x[i * k + t] as f64 * row[t] as f64;
+                }
+                y[i * n + j] = acc as f32;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::quant::quantize_q8_0;
+    use proptest::prelude::*;
+
+    fn check(lin: &Linear, m: usize, seed: u64) {
+        let k = lin.k_in;
+        let x: Vec<f32> = (0..m * k).map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0).collect();
+        let mut y = vec![0.0; m * lin.n_out];
+        let mut r = vec![0.0; m * lin.n_out];
+        lin.forward(&x, m, &mut y);
+        lin.forward_reference(&x, m, &mut r);
+        for (a, b) in y.iter().zip(&r) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn f32_matches_reference(m in 1usize..40, n in 1usize..70, k in 1usize..90, seed in 0u64..1000) {
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            check(&Linear::from_f32("w", n, k, w), m, seed);
+        }
+
+        #[test]
+        fn q8_0_matches_reference(m in 1usize..20, n in 1usize..70, kb in 1usize..4, seed in 0u64..1000) {
+            let k = kb * 32;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            let q = quantize_q8_0(&w).unwrap();
+            let lin = Linear::from_raw_unchecked("w".into(), DType::Q8_0, TensorBytes::owned(q), n, k).unwrap();
+            check(&lin, m, seed);
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Compute kernels. Each op has a plain reference implementation and, where it matters, a fast
+//! variant checked against it. Model code reaches weights only through [`linear::Linear`].
+
+pub mod activation;
+pub mod attention;
+pub mod linear;
+pub mod norm;
+pub mod quant;
+pub mod rope;

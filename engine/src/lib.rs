@@ -1,0 +1,13 @@
+//! Unmask engine: loads LLaDA / Dream / LLaDA-MoE / Llama / Qwen checkpoints, runs them on the CPU
+//! (and, through the [`backend::Backend`] trait, on other units) and decodes with dLLM policies.
+//!
+//! Dependencies point one way: `kernels` <- `model` <- `backend` <- `decode`.
+
+pub mod backend;
+pub mod decode;
+pub mod error;
+pub mod kernels;
+pub mod model;
+pub mod threads;
+
+pub use error::{EngineError, Result};

@@ -1,0 +1,73 @@
+//! Per-architecture checkpoint naming: where each weight of the generic transformer lives.
+//! Family differences in the math (biases, QK norm, logit shift, MoE) live in [`ModelConfig`];
+//! these files only map names, like a `load` per module mirroring the checkpoint.
+//!
+//! [`ModelConfig`]: super::config::ModelConfig
+
+pub mod gguf_names;
+pub mod hf_decoder;
+pub mod llada;
+pub mod llada_moe;
+
+use super::config::{Architecture, ModelConfig};
+
+/// Weights outside the layer stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Global {
+    Embedding,
+    FinalNorm,
+    LmHead,
+}
+
+/// Weights of one layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+    Router,
+}
+
+/// Where experts live in a checkpoint.
+pub enum ExpertLayout {
+    /// One 2-D tensor per expert and projection (HF).
+    PerExpert,
+    /// One 3-D tensor per projection, experts outermost (GGUF `ffn_*_exps`).
+    Stacked,
+}
+
+/// Maps the generic transformer's weights to checkpoint tensor names.
+pub trait NameScheme {
+    /// Name of a global weight.
+    fn global(&self, g: Global) -> String;
+    /// Name of a layer weight.
+    fn layer(&self, layer: usize, p: Part) -> String;
+    /// How experts are stored.
+    fn expert_layout(&self) -> ExpertLayout {
+        ExpertLayout::PerExpert
+    }
+    /// Name of expert `e`'s projection `p` (Gate/Up/Down) in `layer` (or the stacked tensor).
+    fn expert(&self, layer: usize, e: usize, p: Part) -> String;
+}
+
+/// The HF naming of a config's architecture.
+pub fn hf_scheme(cfg: &ModelConfig) -> Box<dyn NameScheme> {
+    match cfg.arch {
+        Architecture::Llada => Box::new(llada::LladaNames),
+        Architecture::LladaMoe => Box::new(llada_moe::LladaMoeNames),
+        Architecture::Dream | Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
+            Box::new(hf_decoder::HfDecoderNames)
+        }
+    }
+}

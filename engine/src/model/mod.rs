@@ -1,0 +1,94 @@
+//! Models: configs, checkpoint readers, tokenizers, chat templates and the forward pass.
+
+pub mod arch;
+pub mod chat;
+pub mod config;
+pub mod kv_cache;
+pub mod safetensors;
+pub mod tensor;
+pub mod tokenizer;
+pub mod transformer;
+pub mod weights;
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{EngineError, Result};
+
+pub use chat::{ChatMessage, ChatTemplate, Role};
+pub use config::{Architecture, ModelConfig};
+pub use kv_cache::KvCache;
+pub use tokenizer::TextTokenizer;
+pub use transformer::{ForwardOutput, ForwardRequest, KvMode, Transformer};
+
+/// Decoding defaults shipped with a model (`generation_config.json`), all optional.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GenerationDefaults {
+    pub gen_length: Option<usize>,
+    pub block_length: Option<usize>,
+    pub steps: Option<usize>,
+    pub temperature: Option<f32>,
+    pub remasking: Option<String>,
+}
+
+/// A model with everything needed to chat with it.
+#[derive(Debug)]
+pub struct LoadedModel {
+    pub path: PathBuf,
+    pub transformer: Transformer,
+    pub tokenizer: TextTokenizer,
+    pub template: ChatTemplate,
+    pub generation: GenerationDefaults,
+    /// Bytes of tensor data in the checkpoint files.
+    pub file_bytes: u64,
+}
+
+impl LoadedModel {
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.transformer.config
+    }
+}
+
+/// Whether `path` names a GGUF file.
+pub fn is_gguf(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false)
+}
+
+/// Loads config and weights only (no tokenizer): an HF directory.
+pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
+    if !path.exists() {
+        return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
+    }
+    if is_gguf(path) {
+        return Err(EngineError::config(path, "GGUF files are not readable yet"));
+    }
+    let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
+    let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+    let src = safetensors::SafetensorsSource::open(&dir)?;
+    let names = arch::hf_scheme(&config);
+    let weights = weights::ModelWeights::load(&src, names.as_ref(), &config)?;
+    let bytes = crate::model::tensor::TensorSource::data_bytes(&src);
+    Ok((Transformer::new(config, weights), bytes))
+}
+
+/// Loads a model directory (config, weights, tokenizer, generation defaults).
+pub fn load_model(path: &Path) -> Result<LoadedModel> {
+    let (transformer, file_bytes) = load_transformer(path)?;
+    let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
+    let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"))?;
+    if tokenizer.vocab_size() > transformer.config.vocab {
+        return Err(EngineError::Tokenizer {
+            path: dir.join("tokenizer.json"),
+            reason: format!("{} tokens, more than the model's vocab of {}", tokenizer.vocab_size(), transformer.config.vocab),
+        });
+    }
+    let gen_path = dir.join("generation_config.json");
+    let generation = if gen_path.exists() {
+        let text = std::fs::read_to_string(&gen_path).map_err(|e| EngineError::io(&gen_path, e))?;
+        serde_json::from_str(&text).map_err(|e| EngineError::config(&gen_path, e.to_string()))?
+    } else {
+        GenerationDefaults::default()
+    };
+    let template = ChatTemplate::for_arch(transformer.config.arch);
+    Ok(LoadedModel { path: dir, transformer, tokenizer, template, generation, file_bytes })
+}

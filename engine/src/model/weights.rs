@@ -1,0 +1,206 @@
+//! The generic transformer's weights, loaded from any [`TensorSource`] through a [`NameScheme`].
+
+use crate::error::{EngineError, Result};
+use crate::kernels::linear::Linear;
+
+use super::arch::{ExpertLayout, Global, NameScheme, Part};
+use super::config::ModelConfig;
+use super::tensor::{DType, TensorBytes, TensorSource};
+
+/// Feed-forward block of one layer.
+#[derive(Debug, Clone)]
+pub enum FeedForward {
+    /// SwiGLU MLP: `down(silu(gate(x)) * up(x))`.
+    Dense { gate: Linear, up: Linear, down: Linear },
+    /// Routed experts, each a SwiGLU MLP.
+    Moe { router: Linear, experts: Vec<Expert> },
+}
+
+/// One routed expert.
+#[derive(Debug, Clone)]
+pub struct Expert {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// Weights of one transformer layer.
+#[derive(Debug, Clone)]
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: Linear,
+    pub wk: Linear,
+    pub wv: Linear,
+    pub wo: Linear,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    /// Per-head RMSNorm weights (head_dim) for q and k.
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub ffn: FeedForward,
+}
+
+/// All weights of a model.
+#[derive(Debug, Clone)]
+pub struct ModelWeights {
+    /// `[vocab, hidden]` embedding table (rows looked up, never multiplied).
+    pub embedding: Linear,
+    pub layers: Vec<LayerWeights>,
+    pub final_norm: Vec<f32>,
+    /// `[vocab, hidden]` LM head (the embedding table when tied).
+    pub lm_head: Linear,
+    /// Whether `lm_head` shares the embedding's storage.
+    pub tied_head: bool,
+}
+
+impl ModelWeights {
+    /// Loads every weight named by `names`, checking shapes against `cfg`.
+    pub fn load(src: &dyn TensorSource, names: &dyn NameScheme, cfg: &ModelConfig) -> Result<Self> {
+        let (h, v) = (cfg.hidden, cfg.vocab);
+        let lin = |name: String, n: usize, k: usize| -> Result<Linear> { Linear::from_raw(src.require(&name)?, n, k) };
+        let vec = |name: String, n: usize| -> Result<Vec<f32>> {
+            let t = src.require(&name)?;
+            t.expect_shape(&[n])?;
+            t.to_f32_vec()
+        };
+        let opt_vec = |name: String, n: usize| -> Result<Option<Vec<f32>>> {
+            if src.contains(&name) { vec(name, n).map(Some) } else { Ok(None) }
+        };
+        let embedding = lin(names.global(Global::Embedding), v, h)?;
+        let lm_name = names.global(Global::LmHead);
+        let tied_head = !src.contains(&lm_name);
+        let lm_head = if !tied_head {
+            lin(lm_name, v, h)?
+        } else if cfg.tie_embeddings || names.global(Global::Embedding).starts_with("token_embd") {
+            // Tied head, or a GGUF without `output` (llama.cpp falls back to token_embd).
+            embedding.clone()
+        } else {
+            return Err(EngineError::MissingTensor { path: src.path().to_owned(), name: lm_name });
+        };
+        let (q, kv) = (cfg.q_dim(), cfg.kv_dim());
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            let ffn = match &cfg.moe {
+                None => FeedForward::Dense {
+                    gate: lin(names.layer(l, Part::Gate), cfg.ffn, h)?,
+                    up: lin(names.layer(l, Part::Up), cfg.ffn, h)?,
+                    down: lin(names.layer(l, Part::Down), h, cfg.ffn)?,
+                },
+                Some(m) => {
+                    let router = lin(names.layer(l, Part::Router), m.n_experts, h)?;
+                    let experts = load_experts(src, names, l, m.n_experts, m.expert_ffn, h)?;
+                    FeedForward::Moe { router, experts }
+                }
+            };
+            let (bq, bk, bv) = if cfg.qkv_bias {
+                (
+                    Some(vec(names.layer(l, Part::QBias), q)?),
+                    Some(vec(names.layer(l, Part::KBias), kv)?),
+                    Some(vec(names.layer(l, Part::VBias), kv)?),
+                )
+            } else {
+                (None, None, None)
+            };
+            let (q_norm, k_norm) = if cfg.qk_norm {
+                (
+                    Some(vec(names.layer(l, Part::QNorm), cfg.head_dim)?),
+                    Some(vec(names.layer(l, Part::KNorm), cfg.head_dim)?),
+                )
+            } else {
+                (opt_vec(names.layer(l, Part::QNorm), cfg.head_dim)?, opt_vec(names.layer(l, Part::KNorm), cfg.head_dim)?)
+            };
+            layers.push(LayerWeights {
+                attn_norm: vec(names.layer(l, Part::AttnNorm), h)?,
+                wq: lin(names.layer(l, Part::Q), q, h)?,
+                wk: lin(names.layer(l, Part::K), kv, h)?,
+                wv: lin(names.layer(l, Part::V), kv, h)?,
+                wo: lin(names.layer(l, Part::O), h, q)?,
+                bq,
+                bk,
+                bv,
+                q_norm,
+                k_norm,
+                ffn_norm: vec(names.layer(l, Part::FfnNorm), h)?,
+                ffn,
+            });
+        }
+        Ok(ModelWeights { embedding, layers, final_norm: vec(names.global(Global::FinalNorm), h)?, lm_head, tied_head })
+    }
+
+    /// Bytes of all weight matrices (norms and biases excluded).
+    pub fn matrix_bytes(&self) -> usize {
+        let mut b = self.embedding.bytes();
+        if !self.tied_head {
+            b += self.lm_head.bytes();
+        }
+        for l in &self.layers {
+            b += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes();
+            match &l.ffn {
+                FeedForward::Dense { gate, up, down } => b += gate.bytes() + up.bytes() + down.bytes(),
+                FeedForward::Moe { router, experts } => {
+                    b += router.bytes();
+                    for e in experts {
+                        b += e.gate.bytes() + e.up.bytes() + e.down.bytes();
+                    }
+                }
+            }
+        }
+        b
+    }
+}
+
+fn load_experts(
+    src: &dyn TensorSource,
+    names: &dyn NameScheme,
+    l: usize,
+    n_experts: usize,
+    ffn: usize,
+    h: usize,
+) -> Result<Vec<Expert>> {
+    match names.expert_layout() {
+        ExpertLayout::PerExpert => (0..n_experts)
+            .map(|e| {
+                Ok(Expert {
+                    gate: Linear::from_raw(src.require(&names.expert(l, e, Part::Gate))?, ffn, h)?,
+                    up: Linear::from_raw(src.require(&names.expert(l, e, Part::Up))?, ffn, h)?,
+                    down: Linear::from_raw(src.require(&names.expert(l, e, Part::Down))?, h, ffn)?,
+                })
+            })
+            .collect(),
+        ExpertLayout::Stacked => {
+            // One [n_experts, rows, cols] tensor per projection; slice expert e's bytes out of it.
+            let split = |p: Part, rows: usize, cols: usize| -> Result<Vec<Linear>> {
+                let t = src.require(&names.expert(l, 0, p))?;
+                t.expect_shape(&[n_experts, rows, cols])?;
+                let per = bytes_for(t.dtype, rows * cols, &t.name)?;
+                (0..n_experts)
+                    .map(|e| {
+                        let bytes = sub_bytes(&t.data, e * per, per);
+                        Linear::from_raw_unchecked(format!("{}[{e}]", t.name), t.dtype, bytes, rows, cols)
+                    })
+                    .collect()
+            };
+            let gates = split(Part::Gate, ffn, h)?;
+            let ups = split(Part::Up, ffn, h)?;
+            let downs = split(Part::Down, h, ffn)?;
+            Ok(gates
+                .into_iter()
+                .zip(ups)
+                .zip(downs)
+                .map(|((gate, up), down)| Expert { gate, up, down })
+                .collect())
+        }
+    }
+}
+
+fn bytes_for(dtype: DType, n: usize, name: &str) -> Result<usize> {
+    dtype
+        .bytes_for(n)
+        .ok_or_else(|| EngineError::UnsupportedDType { name: name.to_owned(), dtype: dtype.to_string() })
+}
+
+fn sub_bytes(b: &TensorBytes, start: usize, len: usize) -> TensorBytes {
+    b.slice(start, len)
+}
