@@ -177,6 +177,22 @@ impl Linear {
         }
     }
 
+    /// A copy stored as Q8_0 blocks (requantised row by row); `k_in` must be a multiple of 32.
+    pub fn to_q8_0(&self) -> Result<Linear> {
+        let k = self.k_in;
+        let mut row = vec![0.0f32; k];
+        let mut bytes = Vec::with_capacity(self.n_out * (k / 32) * 34);
+        for r in 0..self.n_out {
+            self.row_into(r, &mut row);
+            let q = super::quant::quantize_q8_0(&row).ok_or_else(|| EngineError::UnsupportedDType {
+                name: self.name.clone(),
+                dtype: format!("Q8_0 needs rows of a multiple of 32 values, got {k}"),
+            })?;
+            bytes.extend_from_slice(&q);
+        }
+        Linear::from_raw_unchecked(self.name.clone(), DType::Q8_0, TensorBytes::owned(bytes), self.n_out, k)
+    }
+
     /// Plain triple-loop reference of [`Linear::forward`] (tests only).
     pub fn forward_reference(&self, x: &[f32], m: usize, y: &mut [f32]) {
         let (n, k) = (self.n_out, self.k_in);

@@ -5,5 +5,6 @@ pub mod activation;
 pub mod attention;
 pub mod linear;
 pub mod norm;
+pub mod peak;
 pub mod quant;
 pub mod rope;

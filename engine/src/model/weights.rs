@@ -129,6 +129,35 @@ impl ModelWeights {
         Ok(ModelWeights { embedding, layers, final_norm: vec(names.global(Global::FinalNorm), h)?, lm_head, tied_head })
     }
 
+    /// A copy with every matrix passed through `f` (format conversion at load time).
+    pub fn map_matrices(&self, f: &dyn Fn(&Linear) -> Result<Linear>) -> Result<Self> {
+        let mut out = self.clone();
+        out.embedding = f(&self.embedding)?;
+        out.lm_head = if self.tied_head { out.embedding.clone() } else { f(&self.lm_head)? };
+        for l in out.layers.iter_mut() {
+            l.wq = f(&l.wq)?;
+            l.wk = f(&l.wk)?;
+            l.wv = f(&l.wv)?;
+            l.wo = f(&l.wo)?;
+            match &mut l.ffn {
+                FeedForward::Dense { gate, up, down } => {
+                    *gate = f(gate)?;
+                    *up = f(up)?;
+                    *down = f(down)?;
+                }
+                FeedForward::Moe { router, experts } => {
+                    *router = f(router)?;
+                    for e in experts.iter_mut() {
+                        e.gate = f(&e.gate)?;
+                        e.up = f(&e.up)?;
+                        e.down = f(&e.down)?;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Bytes of all weight matrices (norms and biases excluded).
     pub fn matrix_bytes(&self) -> usize {
         let mut b = self.embedding.bytes();

@@ -1,0 +1,61 @@
+//! Benchmark harness. Each suite prints progress to stderr and writes `bench/results/SUITE.json`
+//! with a top-level `headline` object holding the figures its issue names.
+
+mod forward;
+mod synth;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+const SUITES: &[(&str, &str)] = &[("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)")];
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let names: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    if args.iter().any(|a| a == "--list") || names.is_empty() {
+        eprintln!("usage: bench/run SUITE [--quick]\nsuites:");
+        for (n, d) in SUITES {
+            eprintln!("  {n:10} {d}");
+        }
+        if names.is_empty() && !args.iter().any(|a| a == "--list") {
+            bail!("no suite given");
+        }
+        return Ok(());
+    }
+    unmask_engine::threads::init(0);
+    for name in names {
+        let started = std::time::Instant::now();
+        let mut result = match name.as_str() {
+            "forward" => forward::run(quick)?,
+            other => bail!("unknown suite `{other}` (try --list)"),
+        };
+        if let Value::Object(m) = &mut result {
+            m.insert("suite".into(), json!(name));
+            m.insert("quick".into(), json!(quick));
+            m.insert("machine".into(), machine_info());
+            m.insert("elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
+        }
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("results");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+        println!("{}", serde_json::to_string_pretty(&result["headline"])?);
+    }
+    Ok(())
+}
+
+fn machine_info() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .unwrap_or_default();
+    json!({
+        "cpu": cpu,
+        "threads": unmask_engine::threads::count(),
+        "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+    })
+}

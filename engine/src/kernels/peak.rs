@@ -1,0 +1,159 @@
+//! Micro-benchmarks of this machine's arithmetic peak (instruction streams with independent
+//! accumulator chains), so kernel throughput can be reported as a fraction of what the cores can do.
+
+use std::time::Instant;
+
+/// Measured peak of one instruction stream.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Peak {
+    /// Operations per second (FLOP/s or integer OP/s), all threads together.
+    pub ops_per_s: f64,
+    pub threads: usize,
+}
+
+/// Which instruction stream to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeakKind {
+    /// AVX-512 `vfmadd` on zmm f32 (2 FLOP per lane).
+    Avx512Fma,
+    /// AVX2 `vfmadd` on ymm f32.
+    Avx2Fma,
+    /// AVX-512 VNNI `vpdpbusd` zmm (64 u8×i8 MACs = 128 ops).
+    Avx512Vnni,
+}
+
+impl PeakKind {
+    /// Whether this CPU can run the stream.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            match self {
+                PeakKind::Avx512Fma => is_x86_feature_detected!("avx512f"),
+                PeakKind::Avx2Fma => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+                PeakKind::Avx512Vnni => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = self;
+            false
+        }
+    }
+}
+
+/// Runs `iters` iterations of 12 independent chains on each of `threads` threads; best of `reps`.
+pub fn measure(kind: PeakKind, threads: usize, iters: u64, reps: usize) -> Option<Peak> {
+    if !kind.available() {
+        return None;
+    }
+    let threads = threads.max(1);
+    let mut best = 0.0f64;
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        let total: f64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads).map(|_| s.spawn(move || run_stream(kind, iters))).collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+        });
+        let dt = t0.elapsed().as_secs_f64();
+        best = best.max(total / dt);
+    }
+    Some(Peak { ops_per_s: best, threads })
+}
+
+/// Returns the operation count executed.
+fn run_stream(kind: PeakKind, iters: u64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `measure` checked the CPU features each stream needs before calling.
+        unsafe {
+            match kind {
+                PeakKind::Avx512Fma => x86::fma512(iters),
+                PeakKind::Avx2Fma => x86::fma256(iters),
+                PeakKind::Avx512Vnni => x86::vnni512(iters),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (kind, iters);
+        0.0
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    macro_rules! chains12 {
+        ($init:expr) => {
+            [$init, $init, $init, $init, $init, $init, $init, $init, $init, $init, $init, $init]
+        };
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma512(iters: u64) -> f64 {
+        let mut acc = chains12!(_mm512_set1_ps(0.0));
+        let a = _mm512_set1_ps(0.999_999);
+        let b = _mm512_set1_ps(1e-7);
+        for _ in 0..iters {
+            for c in acc.iter_mut() {
+                *c = _mm512_fmadd_ps(*c, a, b);
+            }
+        }
+        let mut s = _mm512_set1_ps(0.0);
+        for c in acc {
+            s = _mm512_add_ps(s, c);
+        }
+        std::hint::black_box(_mm512_reduce_add_ps(s));
+        (iters * 12 * 16 * 2) as f64
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn fma256(iters: u64) -> f64 {
+        let mut acc = chains12!(_mm256_set1_ps(0.0));
+        let a = _mm256_set1_ps(0.999_999);
+        let b = _mm256_set1_ps(1e-7);
+        for _ in 0..iters {
+            for c in acc.iter_mut() {
+                *c = _mm256_fmadd_ps(*c, a, b);
+            }
+        }
+        let mut s = _mm256_set1_ps(0.0);
+        for c in acc {
+            s = _mm256_add_ps(s, c);
+        }
+        let mut out = [0.0f32; 8];
+        _mm256_storeu_ps(out.as_mut_ptr(), s);
+        std::hint::black_box(out);
+        (iters * 12 * 8 * 2) as f64
+    }
+
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub unsafe fn vnni512(iters: u64) -> f64 {
+        let mut acc = chains12!(_mm512_set1_epi32(0));
+        let a = _mm512_set1_epi8(3);
+        let b = _mm512_set1_epi8(-2);
+        for _ in 0..iters {
+            for c in acc.iter_mut() {
+                *c = _mm512_dpbusd_epi32(*c, a, b);
+            }
+        }
+        let mut s = _mm512_set1_epi32(0);
+        for c in acc {
+            s = _mm512_add_epi32(s, c);
+        }
+        std::hint::black_box(_mm512_reduce_add_epi32(s));
+        (iters * 12 * 64 * 2) as f64
+    }
+}
+
+/// Resident-set figures of this process from `/proc/self/status` (bytes; `None` off Linux).
+pub fn rss_bytes() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = s.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
