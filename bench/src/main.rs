@@ -1,15 +1,22 @@
 //! Benchmark harness. Each suite prints progress to stderr and writes `bench/results/SUITE.json`
 //! with a top-level `headline` object holding the figures its issue names.
 
+mod decoding;
 mod forward;
+mod quality;
 mod synth;
+mod tasks;
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-const SUITES: &[(&str, &str)] = &[("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)")];
+const SUITES: &[(&str, &str)] = &[
+    ("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)"),
+    ("quality", "embedded models' exact-match accuracy on the held-out tasks (issue 4)"),
+    ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
+];
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +37,8 @@ fn main() -> Result<()> {
         let started = std::time::Instant::now();
         let mut result = match name.as_str() {
             "forward" => forward::run(quick)?,
+            "quality" => quality::run(quick)?,
+            "decoding" => decoding::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

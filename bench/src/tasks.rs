@@ -1,0 +1,124 @@
+//! The embedded models' held-out task set (`models/data/test.jsonl`) and exact-match scoring
+//! with our Rust engine.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use unmask_engine::backend::Backend;
+use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, DecodeSettings, StepFrame};
+use unmask_engine::model::TextTokenizer;
+
+/// One held-out example.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TaskExample {
+    pub task: String,
+    /// Chat-formatted prompt (template already applied).
+    pub prompt: String,
+    pub answer: String,
+}
+
+/// Path of the held-out test split.
+pub fn test_split() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/test.jsonl")
+}
+
+/// Reads up to `per_task` examples of each task (file order, so runs are comparable).
+pub fn load(path: &Path, per_task: usize) -> Result<Vec<TaskExample>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let ex: TaskExample = serde_json::from_str(line)?;
+        let c = counts.entry(ex.task.clone()).or_default();
+        if *c < per_task {
+            *c += 1;
+            out.push(ex);
+        }
+    }
+    Ok(out)
+}
+
+/// Aggregate of one evaluation run.
+#[derive(Debug, Clone, Default)]
+pub struct EvalResult {
+    pub per_task: BTreeMap<String, (usize, usize)>,
+    pub forwards: usize,
+    pub steps: usize,
+    pub generated_tokens: usize,
+    pub wall_s: f64,
+    pub simulated_s: f64,
+    /// Generated token ids per example, for agreement comparisons between settings.
+    pub outputs: Vec<Vec<u32>>,
+}
+
+impl EvalResult {
+    /// Exact-match accuracy over all examples.
+    pub fn accuracy(&self) -> f64 {
+        let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        if n == 0 { 0.0 } else { ok as f64 / n as f64 }
+    }
+    /// Accuracy of one task (NaN when absent).
+    pub fn task_accuracy(&self, task: &str) -> f64 {
+        self.per_task.get(task).map(|(ok, n)| *ok as f64 / (*n).max(1) as f64).unwrap_or(f64::NAN)
+    }
+    /// JSON summary.
+    pub fn to_json(&self) -> Value {
+        let tasks: serde_json::Map<String, Value> = self
+            .per_task
+            .iter()
+            .map(|(k, (ok, n))| (k.clone(), json!({"correct": ok, "n": n, "accuracy": *ok as f64 / (*n).max(1) as f64})))
+            .collect();
+        json!({
+            "accuracy": self.accuracy(), "tasks": tasks, "forwards": self.forwards, "steps": self.steps,
+            "tokens_per_forward": self.generated_tokens as f64 / self.forwards.max(1) as f64,
+            "forwards_per_token": self.forwards as f64 / self.generated_tokens.max(1) as f64,
+            "wall_s": self.wall_s, "simulated_s": self.simulated_s,
+        })
+    }
+}
+
+/// Decodes every example with `settings` and scores exact match of the trimmed answer.
+pub fn evaluate(
+    backend: &mut dyn Backend,
+    tok: &TextTokenizer,
+    examples: &[TaskExample],
+    settings: &DecodeSettings,
+    stop_ids: &[u32],
+) -> Result<EvalResult> {
+    let mut r = EvalResult::default();
+    let cancel = CancelFlag::new();
+    for ex in examples {
+        let ids = tok.encode(&ex.prompt)?;
+        let out = generate(backend, &ids, settings, &cancel, |_: &StepFrame| ControlFlow::Continue(()))?;
+        let answer_ids = trim_at_stop(&out.tokens, stop_ids);
+        let text = tok.decode(answer_ids, true);
+        let e = r.per_task.entry(ex.task.clone()).or_default();
+        e.1 += 1;
+        if text.trim() == ex.answer.trim() {
+            e.0 += 1;
+        }
+        r.forwards += out.forwards;
+        r.steps += out.steps;
+        r.generated_tokens += answer_ids.len().max(1);
+        r.wall_s += out.wall_s;
+        r.simulated_s += out.simulated_s.unwrap_or(0.0);
+        r.outputs.push(out.tokens);
+    }
+    Ok(r)
+}
+
+/// Fraction of positions where two runs produced the same token.
+pub fn token_agreement(a: &EvalResult, b: &EvalResult) -> f64 {
+    let (mut same, mut n) = (0usize, 0usize);
+    for (x, y) in a.outputs.iter().zip(&b.outputs) {
+        for (p, q) in x.iter().zip(y) {
+            n += 1;
+            same += (p == q) as usize;
+        }
+    }
+    same as f64 / n.max(1) as f64
+}

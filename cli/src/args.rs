@@ -1,0 +1,200 @@
+//! Command-line flags shared by `generate` and `chat`: model, decoding settings, backend.
+
+use clap::{Args, ValueEnum};
+use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
+use unmask_engine::model::GenerationDefaults;
+
+/// Which model to run.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArg {
+    /// Model directory, .gguf file, or embedded model name (default: the embedded tiny-llada).
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
+}
+
+/// Where the forward passes run.
+#[derive(Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// Execution backend.
+    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
+    pub backend: BackendKind,
+    /// Device profile for the virtual NPU (e.g. sm8650, sm8750, sm8850).
+    #[arg(long, default_value = "sm8750")]
+    pub device: String,
+}
+
+/// Execution backends the CLI can build.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// This machine's CPU cores.
+    Cpu,
+    /// The virtual NPU: real math on the CPU, simulated NPU timing and energy.
+    Vnpu,
+}
+
+/// Every decoding knob; unset flags fall back to the model's generation_config.json, then to
+/// the engine defaults.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DecodeArgs {
+    /// Tokens to generate.
+    #[arg(long)]
+    pub gen_length: Option<usize>,
+    /// Semi-autoregressive block length (divides gen-length).
+    #[arg(long)]
+    pub block_length: Option<usize>,
+    /// Total denoising steps (a multiple of the number of blocks).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    /// LLaDA remasking strategy.
+    #[arg(long, value_enum)]
+    pub remasking: Option<RemaskingArg>,
+    /// Classifier-free guidance scale (0 = off).
+    #[arg(long)]
+    pub cfg_scale: Option<f64>,
+    /// Confidence threshold for parallel decoding (commit every token above it, >= 1 per step).
+    #[arg(long)]
+    pub threshold: Option<f64>,
+    /// KV cache between denoising steps.
+    #[arg(long, value_enum)]
+    pub cache: Option<CacheArg>,
+    /// RNG seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Dream position-selection algorithm.
+    #[arg(long, value_enum)]
+    pub alg: Option<AlgArg>,
+    /// Dream: temperature of position sampling (0 = top positions).
+    #[arg(long)]
+    pub alg_temp: Option<f64>,
+    /// Nucleus sampling mass.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Top-k sampling.
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    /// Stop once a block ends in EOS (saves the steps of trailing EOS padding).
+    #[arg(long)]
+    pub early_stop_eos: Option<bool>,
+    /// Forbid EOS while choosing tokens (LLaDA `logits_eos_inf`).
+    #[arg(long)]
+    pub logits_eos_inf: bool,
+    /// LLaDA `confidence_eos_eot_inf`: EOS/EOT never win the confidence ranking.
+    #[arg(long)]
+    pub confidence_eos_eot_inf: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum RemaskingArg {
+    LowConfidence,
+    Random,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum CacheArg {
+    None,
+    Prefix,
+    Dual,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum AlgArg {
+    Origin,
+    MaskgitPlus,
+    TopkMargin,
+    Entropy,
+}
+
+impl DecodeArgs {
+    /// Settings: flags over model defaults over engine defaults.
+    pub fn settings(&self, defaults: &GenerationDefaults) -> DecodeSettings {
+        let mut s = DecodeSettings { early_stop_eos: true, ..DecodeSettings::default() };
+        if let Some(v) = defaults.gen_length {
+            s.gen_length = v;
+        }
+        if let Some(v) = defaults.block_length {
+            s.block_length = v;
+        }
+        if let Some(v) = defaults.steps {
+            s.steps = v;
+        }
+        if let Some(v) = defaults.temperature {
+            s.temperature = v as f64;
+        }
+        if defaults.remasking.as_deref() == Some("random") {
+            s.remasking = Remasking::Random;
+        }
+        if let Some(v) = self.gen_length {
+            s.gen_length = v;
+            // Keep the model's step density when only the length changes.
+            if self.steps.is_none() && self.threshold.is_none() {
+                let per_token = defaults.steps.zip(defaults.gen_length).map(|(st, g)| st as f64 / g as f64).unwrap_or(1.0);
+                s.steps = ((v as f64 * per_token).round() as usize).max(1);
+            }
+            if self.block_length.is_none() && v % s.block_length != 0 {
+                s.block_length = v;
+            }
+        }
+        if let Some(v) = self.block_length {
+            s.block_length = v;
+        }
+        if let Some(v) = self.steps {
+            s.steps = v;
+        }
+        if self.steps.is_none() && self.threshold.is_none() {
+            // Round steps to a multiple of the block count so a length change stays valid.
+            let nb = (s.gen_length / s.block_length.max(1)).max(1);
+            s.steps = (s.steps.div_ceil(nb)).max(1) * nb;
+        }
+        if let Some(v) = self.temperature {
+            s.temperature = v;
+        }
+        if let Some(v) = self.remasking {
+            s.remasking = match v {
+                RemaskingArg::LowConfidence => Remasking::LowConfidence,
+                RemaskingArg::Random => Remasking::Random,
+            };
+        }
+        if let Some(v) = self.cfg_scale {
+            s.cfg_scale = v;
+        }
+        if self.threshold.is_some() {
+            s.threshold = self.threshold;
+        }
+        if let Some(v) = self.cache {
+            s.cache = match v {
+                CacheArg::None => CacheMode::None,
+                CacheArg::Prefix => CacheMode::Prefix,
+                CacheArg::Dual => CacheMode::Dual,
+            };
+        }
+        if let Some(v) = self.seed {
+            s.seed = v;
+        }
+        if let Some(v) = self.alg {
+            s.alg = match v {
+                AlgArg::Origin => DreamAlg::Origin,
+                AlgArg::MaskgitPlus => DreamAlg::MaskgitPlus,
+                AlgArg::TopkMargin => DreamAlg::TopkMargin,
+                AlgArg::Entropy => DreamAlg::Entropy,
+            };
+        }
+        if self.alg_temp.is_some() {
+            s.alg_temp = self.alg_temp;
+        }
+        if self.top_p.is_some() {
+            s.top_p = self.top_p;
+        }
+        if self.top_k.is_some() {
+            s.top_k = self.top_k;
+        }
+        if let Some(v) = self.early_stop_eos {
+            s.early_stop_eos = v;
+        }
+        s.logits_eos_inf |= self.logits_eos_inf;
+        s.confidence_eos_eot_inf |= self.confidence_eos_eot_inf;
+        s
+    }
+}

@@ -1,0 +1,128 @@
+//! `unmask`: the engine headless — generate, chat, inspect models, benchmarks.
+//!
+//! Exit codes: 0 success, 1 other failure, 2 bad command line, 3 model/file problem,
+//! 4 invalid request (settings that do not fit the model or prompt), 5 cancelled.
+
+mod args;
+mod generate;
+mod live;
+mod model_path;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use unmask_engine::EngineError;
+
+use args::{BackendArgs, DecodeArgs, ModelArg};
+
+/// Unmask: on-device inference for diffusion LLMs.
+#[derive(Parser, Debug)]
+#[command(name = "unmask", version, about, propagate_version = true)]
+struct Cli {
+    /// Worker threads (default: one per core, or $UNMASK_THREADS).
+    #[arg(long, global = true, default_value_t = 0)]
+    threads: usize,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate a reply to one prompt.
+    Generate {
+        /// The user message (rendered with the model's chat template unless --raw).
+        prompt: String,
+        /// Feed the prompt to the model as is, without the chat template.
+        #[arg(long)]
+        raw: bool,
+        #[command(flatten)]
+        model: ModelArg,
+        #[command(flatten)]
+        decode: DecodeArgs,
+        #[command(flatten)]
+        backend: BackendArgs,
+        #[command(flatten)]
+        output: generate::OutputArgs,
+    },
+    /// Interactive multi-turn chat (reads lines from standard input; /reset, /quit).
+    Chat {
+        #[command(flatten)]
+        model: ModelArg,
+        #[command(flatten)]
+        decode: DecodeArgs,
+        #[command(flatten)]
+        backend: BackendArgs,
+        #[command(flatten)]
+        output: generate::OutputArgs,
+    },
+    /// Show a model's configuration.
+    Info {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage models.
+    Models {
+        #[command(subcommand)]
+        action: ModelsAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelsAction {
+    /// List the embedded models.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    unmask_engine::threads::init(cli.threads);
+    let result = match cli.command {
+        Command::Generate { prompt, raw, model, decode, backend, output } => {
+            generate::run_generate(&prompt, raw, &model, &decode, &backend, &output)
+        }
+        Command::Chat { model, decode, backend, output } => generate::run_chat(&model, &decode, &backend, &output),
+        Command::Info { model, json } => generate::run_info(&model, json),
+        Command::Models { action: ModelsAction::List { json } } => list_models(json),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<EngineError>() {
+        Some(EngineError::InvalidRequest(_) | EngineError::ContextOverflow { .. }) => 4,
+        Some(EngineError::Cancelled) => 5,
+        Some(_) => 3,
+        None if e.to_string().contains("not found") || e.to_string().contains("does not exist") => 3,
+        None => 1,
+    }
+}
+
+fn list_models(json: bool) -> anyhow::Result<()> {
+    let models = model_path::list_embedded();
+    if json {
+        let v: Vec<_> = models
+            .iter()
+            .map(|(n, p)| serde_json::json!({"name": n, "path": p, "default": n == model_path::DEFAULT_MODEL}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        for (n, p) in &models {
+            let mark = if n == model_path::DEFAULT_MODEL { " (default)" } else { "" };
+            println!("{n}{mark}\t{}", p.display());
+        }
+    }
+    Ok(())
+}
