@@ -1,1 +1,90 @@
-//! dLLM and AR decoding policies (filled in by the decoding work).
+//! dLLM and AR decoding: the denoising loop and its policies.
+//!
+//! Decoding reaches models only through [`crate::backend::Backend`]. One call runs a whole
+//! generation and streams a [`StepFrame`] of deltas per step:
+//!
+//! ```no_run
+//! # use std::ops::ControlFlow;
+//! # use unmask_engine::backend::Backend;
+//! # use unmask_engine::decode::{generate, CancelFlag, DecodeSettings};
+//! # fn demo(backend: &mut Box<dyn Backend>, prompt: &[u32]) -> unmask_engine::Result<()> {
+//! let settings = DecodeSettings { gen_length: 64, block_length: 32, steps: 64, ..Default::default() };
+//! let cancel = CancelFlag::new(); // clone it to another thread and call `cancel()` to stop
+//! let out = generate(backend.as_mut(), prompt, &settings, &cancel, |frame| {
+//!     for c in &frame.changes {
+//!         println!("step {} pos {} -> {}", frame.step, c.pos, c.token);
+//!     }
+//!     ControlFlow::Continue(())
+//! })?;
+//! println!("{:?} in {} forwards", out.tokens, out.forwards);
+//! # Ok(()) }
+//! ```
+//!
+//! Which decoder runs follows the model: LLaDA / LLaDA-MoE use [`llada`]'s scorer, Dream
+//! (shifted logits) [`dream`]'s, causal models [`ar`]. `settings.threshold` switches the transfer
+//! rule to [`threshold`]; `settings.cache` picks the [`cache`] mode.
+
+pub mod ar;
+pub mod cache;
+pub mod canvas;
+pub mod chat;
+pub mod denoise;
+pub mod dream;
+pub mod frame;
+pub mod llada;
+pub mod output;
+pub mod policy;
+pub mod sampling;
+pub mod settings;
+pub mod threshold;
+
+use std::ops::ControlFlow;
+
+pub use canvas::{Canvas, TokenState};
+pub use chat::{ChatReply, ChatSession};
+pub use frame::{channel_sink, discard_frames, CancelFlag, StepFrame, TokenChange};
+pub use output::{trim_at_stop, DecodeOutput, StopReason};
+pub use policy::{Candidate, Scorer, TransferPolicy};
+pub use settings::{CacheMode, DecodeSettings, DreamAlg, Remasking};
+
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// Runs a full generation of `prompt` with the decoder that fits the backend's model, calling
+/// `on_frame` after every step. Errors: `InvalidRequest` / `ContextOverflow` for bad settings,
+/// `Cancelled` when `cancel` is set.
+pub fn generate(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    mut on_frame: impl FnMut(&StepFrame) -> ControlFlow<()>,
+) -> Result<DecodeOutput> {
+    generate_dyn(backend, prompt, settings, cancel, &mut on_frame)
+}
+
+/// [`generate`] with a trait-object callback.
+pub fn generate_dyn(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    on_frame: &mut denoise::FrameSink<'_>,
+) -> Result<DecodeOutput> {
+    let cfg = backend.config().clone();
+    if !cfg.arch.is_diffusion() {
+        return ar::generate_ar(backend, prompt, settings, cancel, on_frame);
+    }
+    settings.validate_for(&cfg, prompt)?;
+    let mut scorer: Box<dyn Scorer> = if cfg.shift_logits {
+        Box::new(dream::DreamScorer::new(settings))
+    } else {
+        Box::new(llada::LladaScorer::new(settings, settings.eos_id(&cfg), settings.eot_id(&cfg)))
+    };
+    let mut policy: Box<dyn TransferPolicy> = match settings.threshold {
+        Some(t) => Box::new(threshold::ThresholdPolicy::new(t)),
+        None if cfg.shift_logits => Box::new(dream::DreamSchedule::new(settings, settings.steps_per_block())),
+        None => Box::new(llada::ScheduledTopK::new(settings.steps_per_block())),
+    };
+    denoise::run(backend, prompt, settings, scorer.as_mut(), policy.as_mut(), cancel, on_frame)
+}

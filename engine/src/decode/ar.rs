@@ -1,0 +1,136 @@
+//! Autoregressive greedy / sampled decoding for causal models (Llama, Qwen) with a KV cache,
+//! streaming one token per step through the same frames as the dLLM policies, so AR baselines
+//! run through the same API.
+
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::canvas::{Canvas, TokenState};
+use super::denoise::{to_rows, FrameSink};
+use super::frame::{CancelFlag, StepFrame};
+use super::output::{DecodeOutput, StopReason};
+use super::sampling::{argmax, sample_categorical, softmax, top_k_filter, top_p_filter};
+use super::settings::DecodeSettings;
+use crate::backend::Backend;
+use crate::error::{EngineError, Result};
+use crate::model::{ForwardRequest, KvMode};
+
+/// Picks the next token from a logits row: argmax at temperature 0, else temperature, top-p,
+/// top-k and a categorical draw. Returns (token, probability under the sampling distribution).
+pub fn sample_next(row: &mut [f64], settings: &DecodeSettings, rng: &mut ChaCha8Rng) -> (u32, f64) {
+    if settings.temperature == 0.0 {
+        let t = argmax(row);
+        return (t as u32, softmax(row)[t]);
+    }
+    row.iter_mut().for_each(|l| *l /= settings.temperature);
+    if let Some(p) = settings.top_p {
+        top_p_filter(row, p);
+    }
+    if let Some(k) = settings.top_k {
+        top_k_filter(row, k);
+    }
+    let probs = softmax(row);
+    let t = sample_categorical(&probs, rng);
+    (t as u32, probs[t])
+}
+
+/// Generates up to `settings.gen_length` tokens after `prompt`, stopping after EOS/EOT.
+pub fn generate_ar(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    on_frame: &mut FrameSink<'_>,
+) -> Result<DecodeOutput> {
+    let cfg = backend.config().clone();
+    if prompt.is_empty() {
+        return Err(EngineError::InvalidRequest("AR decoding needs a non-empty prompt".into()));
+    }
+    if settings.gen_length == 0 {
+        return Err(EngineError::InvalidRequest("gen_length must be positive".into()));
+    }
+    let len = prompt.len() + settings.gen_length;
+    if len > cfg.max_seq {
+        return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
+    }
+    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
+        return Err(EngineError::InvalidRequest(format!("prompt token {t} outside vocab of {}", cfg.vocab)));
+    }
+    let stop_ids: Vec<u32> = [settings.eos_id(&cfg), settings.eot_id(&cfg)].into_iter().flatten().collect();
+    // AR models have no mask token; not-yet-generated canvas slots hold a placeholder.
+    let placeholder = cfg.pad_token_id.or(cfg.eos_token_id).unwrap_or(0);
+    let t0 = Instant::now();
+    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+    let mut canvas = Canvas::new(prompt, settings.gen_length, placeholder);
+    let mut cache = backend.new_cache(len);
+    let positions: Vec<usize> = (0..len).collect();
+    let (mut tokens, mut frames, mut simulated) = (Vec::new(), 0usize, None::<f64>);
+    let mut stop_reason = StopReason::Completed;
+    // The first step consumes the whole prompt; each later step feeds back the last token.
+    let mut window = (0usize, prompt.len());
+    for step in 0..settings.gen_length {
+        cancel.check()?;
+        let step_t0 = Instant::now();
+        let n = window.1 - window.0;
+        let req = ForwardRequest {
+            tokens: &canvas.tokens()[window.0..window.1],
+            positions: &positions[window.0..window.1],
+            logits_rows: &[n - 1],
+            kv: KvMode::ReadWrite,
+        };
+        let (out, stats) = backend.forward(&req, Some(&mut cache))?;
+        if let Some(s) = stats.simulated_s {
+            *simulated.get_or_insert(0.0) += s;
+        }
+        let mut rows = to_rows(&out.logits, out.vocab, 1, backend.name())?;
+        let (token, p) = sample_next(&mut rows[0], settings, &mut rng);
+        let pos = window.1;
+        let change = canvas.commit(pos, token, p as f32, step, TokenState::Stable);
+        tokens.push(token);
+        let frame = StepFrame {
+            step,
+            block: (pos, pos + 1),
+            forward_tokens: n,
+            changes: vec![change],
+            step_wall_s: step_t0.elapsed().as_secs_f64(),
+            simulated_s: stats.simulated_s,
+            committed_total: tokens.len(),
+        };
+        frames += 1;
+        if on_frame(&frame).is_break() {
+            stop_reason = StopReason::CallerStopped;
+            break;
+        }
+        if stop_ids.contains(&token) {
+            stop_reason = StopReason::Eos;
+            break;
+        }
+        window = (pos, pos + 1);
+    }
+    let forwards = tokens.len();
+    Ok(DecodeOutput {
+        steps: tokens.len(),
+        forwards,
+        tokens_per_forward: if forwards > 0 { 1.0 } else { 0.0 },
+        tokens,
+        wall_s: t0.elapsed().as_secs_f64(),
+        simulated_s: simulated,
+        frames,
+        stop_reason,
+        canvas,
+    })
+}
+
+/// [`generate_ar`] with a generic callback.
+pub fn generate_ar_with(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    mut on_frame: impl FnMut(&StepFrame) -> ControlFlow<()>,
+) -> Result<DecodeOutput> {
+    generate_ar(backend, prompt, settings, cancel, &mut on_frame)
+}

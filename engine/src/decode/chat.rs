@@ -1,0 +1,111 @@
+//! Multi-turn chat on top of [`generate`](super::generate): render history with the model's
+//! template, decode the assistant reply, trim it at EOT/EOS, append it to the history.
+//!
+//! KV reuse across turns: none — every turn recomputes the whole conversation. For a dLLM the
+//! previous turn's prefix K/V were computed while the reply was still (partly) masked and attend
+//! bidirectionally, so reusing them is an approximation of the same kind as the prefix cache; the
+//! prefix-cache mode already rebuilds the prompt's K/V in its first forward of each block, so the
+//! saving of cross-turn reuse would be one prompt-length forward per turn. Recomputing keeps every
+//! turn exactly equal to a fresh single-turn run of the rendered conversation.
+
+use std::ops::ControlFlow;
+
+use super::frame::{CancelFlag, StepFrame};
+use super::output::{trim_at_stop, DecodeOutput};
+use super::settings::DecodeSettings;
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::model::{ChatMessage, ChatTemplate, LoadedModel, TextTokenizer};
+
+/// The assistant's answer to one turn.
+#[derive(Debug, Clone)]
+pub struct ChatReply {
+    /// Reply text (special tokens dropped).
+    pub text: String,
+    /// Reply token ids, cut before the first stop token.
+    pub tokens: Vec<u32>,
+    /// The full decoding result of the turn.
+    pub output: DecodeOutput,
+}
+
+/// A conversation: history, template and decoding settings.
+#[derive(Debug, Clone)]
+pub struct ChatSession {
+    /// Turns so far (system, user, assistant, ...).
+    pub messages: Vec<ChatMessage>,
+    /// How turns are rendered into a prompt.
+    pub template: ChatTemplate,
+    /// Settings every turn decodes with.
+    pub settings: DecodeSettings,
+}
+
+impl ChatSession {
+    /// An empty conversation.
+    pub fn new(template: ChatTemplate, settings: DecodeSettings) -> Self {
+        ChatSession { messages: Vec::new(), template, settings }
+    }
+
+    /// An empty conversation with a loaded model's template.
+    pub fn for_model(model: &LoadedModel, settings: DecodeSettings) -> Self {
+        ChatSession::new(model.template.clone(), settings)
+    }
+
+    /// Token ids of the history rendered with the assistant prompt appended.
+    pub fn prompt_ids(&self, tokenizer: &TextTokenizer) -> Result<Vec<u32>> {
+        tokenizer.encode(&self.template.render(&self.messages, true))
+    }
+
+    /// Ids that end an assistant turn: the model's EOS/EOT plus the template's stop strings.
+    pub fn stop_ids(&self, backend: &dyn Backend, tokenizer: &TextTokenizer) -> Vec<u32> {
+        let cfg = backend.config();
+        let mut ids: Vec<u32> = [self.settings.eos_id(cfg), self.settings.eot_id(cfg)].into_iter().flatten().collect();
+        ids.extend(self.template.stop_strings().iter().filter_map(|s| tokenizer.token_id(s)));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Adds `user_text`, decodes the reply (streaming frames), appends it and returns it. On error
+    /// the user turn is removed again so the history stays consistent.
+    pub fn reply(
+        &mut self,
+        backend: &mut dyn Backend,
+        tokenizer: &TextTokenizer,
+        user_text: &str,
+        cancel: &CancelFlag,
+        mut on_frame: impl FnMut(&StepFrame) -> ControlFlow<()>,
+    ) -> Result<ChatReply> {
+        self.messages.push(ChatMessage::user(user_text));
+        let result = self.decode_turn(backend, tokenizer, cancel, &mut on_frame);
+        match result {
+            Ok(reply) => {
+                self.messages.push(ChatMessage::assistant(reply.text.clone()));
+                Ok(reply)
+            }
+            Err(e) => {
+                self.messages.pop();
+                Err(e)
+            }
+        }
+    }
+
+    fn decode_turn(
+        &self,
+        backend: &mut dyn Backend,
+        tokenizer: &TextTokenizer,
+        cancel: &CancelFlag,
+        on_frame: &mut super::denoise::FrameSink<'_>,
+    ) -> Result<ChatReply> {
+        let prompt = self.prompt_ids(tokenizer)?;
+        let stop = self.stop_ids(backend, tokenizer);
+        let mut settings = self.settings.clone();
+        if settings.eot_token_id.is_none() && backend.config().eot_token_id.is_none() {
+            // LLaDA's config has no EOT id; its tokenizer does, and chat.py treats it as EOT.
+            settings.eot_token_id = self.template.stop_strings().first().and_then(|s| tokenizer.token_id(s));
+        }
+        let output = super::generate_dyn(backend, &prompt, &settings, cancel, on_frame)?;
+        let tokens = trim_at_stop(&output.tokens, &stop).to_vec();
+        let text = tokenizer.decode(&tokens, true);
+        Ok(ChatReply { text, tokens, output })
+    }
+}

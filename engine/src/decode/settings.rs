@@ -1,0 +1,206 @@
+//! Decoding settings (serde-serialisable) and their validation against a model and prompt.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+use crate::model::ModelConfig;
+
+/// How LLaDA scores a predicted token (which low-scored predictions stay masked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Remasking {
+    /// Confidence = softmax probability of the chosen token.
+    LowConfidence,
+    /// Confidence ~ U(0, 1) from the seeded RNG.
+    Random,
+}
+
+/// KV caching between denoising steps (Fast-dLLM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    /// Every step is a full forward over the whole canvas.
+    None,
+    /// Prefix before the block cached at block start; later steps forward block + suffix.
+    Prefix,
+    /// Prefix and suffix cached at block start; later steps forward only the block.
+    Dual,
+}
+
+/// Dream's position-selection algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DreamAlg {
+    /// Each masked position is unmasked with probability 1 − s/t (random order).
+    Origin,
+    /// Confidence = top-1 probability.
+    MaskgitPlus,
+    /// Confidence = top-1 minus top-2 probability.
+    TopkMargin,
+    /// Confidence = Σ p·log p (negative entropy).
+    Entropy,
+}
+
+/// Every knob of a decoding run. Defaults follow LLaDA's `chat.py` (and Dream's generation config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DecodeSettings {
+    /// Tokens to generate (canvas = prompt ‖ gen_length masks).
+    pub gen_length: usize,
+    /// Semi-autoregressive block size over the generated region.
+    pub block_length: usize,
+    /// Total denoising steps, split evenly over the blocks (ignored by threshold decoding).
+    pub steps: usize,
+    /// Sampling temperature; 0 = argmax.
+    pub temperature: f64,
+    /// LLaDA remasking strategy.
+    pub remasking: Remasking,
+    /// Classifier-free guidance scale (LLaDA; 0 = off).
+    pub cfg_scale: f64,
+    /// Confidence threshold τ for parallel decoding (Fast-dLLM); `None` = fixed schedule.
+    pub threshold: Option<f64>,
+    /// KV cache between steps.
+    pub cache: CacheMode,
+    /// Seed of the ChaCha8 RNG every random draw comes from.
+    pub seed: u64,
+    /// Set the EOS logit to −inf before choosing tokens (LLaDA).
+    pub logits_eos_inf: bool,
+    /// LLaDA's `confidence_eos_eot_inf` quirk (see `llada.rs`).
+    pub confidence_eos_eot_inf: bool,
+    /// Stop after a block whose last token is EOS/EOT (the rest would be EOS padding).
+    pub early_stop_eos: bool,
+    /// EOS id override (default: the model config's).
+    pub eos_token_id: Option<u32>,
+    /// EOT id override (default: the model config's).
+    pub eot_token_id: Option<u32>,
+    /// Dream position-selection algorithm.
+    pub alg: DreamAlg,
+    /// Dream: `None`/0 = take the top positions; otherwise sample them from softmax(conf / alg_temp).
+    pub alg_temp: Option<f64>,
+    /// Dream: last timestep of `linspace(1, eps, steps + 1)`.
+    pub eps: f64,
+    /// Nucleus sampling mass (Dream and AR).
+    pub top_p: Option<f64>,
+    /// Top-k sampling (Dream and AR).
+    pub top_k: Option<usize>,
+}
+
+impl Default for DecodeSettings {
+    fn default() -> Self {
+        DecodeSettings {
+            gen_length: 128,
+            block_length: 32,
+            steps: 128,
+            temperature: 0.0,
+            remasking: Remasking::LowConfidence,
+            cfg_scale: 0.0,
+            threshold: None,
+            cache: CacheMode::None,
+            seed: 0,
+            logits_eos_inf: false,
+            confidence_eos_eot_inf: false,
+            early_stop_eos: false,
+            eos_token_id: None,
+            eot_token_id: None,
+            alg: DreamAlg::Origin,
+            alg_temp: None,
+            eps: 1e-3,
+            top_p: None,
+            top_k: None,
+        }
+    }
+}
+
+impl DecodeSettings {
+    /// Number of blocks the generated region splits into.
+    pub fn num_blocks(&self) -> usize {
+        self.gen_length.checked_div(self.block_length).unwrap_or(0)
+    }
+
+    /// Steps per block of the fixed schedule.
+    pub fn steps_per_block(&self) -> usize {
+        self.steps.checked_div(self.num_blocks()).unwrap_or(0)
+    }
+
+    /// EOS id: the override, else the model's.
+    pub fn eos_id(&self, cfg: &ModelConfig) -> Option<u32> {
+        self.eos_token_id.or(cfg.eos_token_id)
+    }
+
+    /// EOT id: the override, else the model's.
+    pub fn eot_id(&self, cfg: &ModelConfig) -> Option<u32> {
+        self.eot_token_id.or(cfg.eot_token_id)
+    }
+
+    /// Checks the numeric knobs on their own (no model needed).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidRequest(m));
+        if self.gen_length == 0 || self.block_length == 0 {
+            return bad("gen_length and block_length must be positive".into());
+        }
+        if self.gen_length % self.block_length != 0 {
+            return bad(format!("gen_length {} is not a multiple of block_length {}", self.gen_length, self.block_length));
+        }
+        if self.threshold.is_none() {
+            let nb = self.num_blocks();
+            if self.steps == 0 || self.steps % nb != 0 {
+                return bad(format!("steps {} must be a positive multiple of the {nb} blocks", self.steps));
+            }
+        }
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
+            return bad(format!("temperature {} must be finite and >= 0", self.temperature));
+        }
+        if !(self.cfg_scale.is_finite() && self.cfg_scale >= 0.0) {
+            return bad(format!("cfg_scale {} must be finite and >= 0", self.cfg_scale));
+        }
+        if let Some(t) = self.threshold {
+            if !(t.is_finite() && t > 0.0 && t <= 1.0) {
+                return bad(format!("threshold {t} must lie in (0, 1]"));
+            }
+        }
+        if !(self.eps > 0.0 && self.eps < 1.0) {
+            return bad(format!("eps {} must lie in (0, 1)", self.eps));
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return bad(format!("top_p {p} must lie in (0, 1]"));
+            }
+        }
+        if self.top_k == Some(0) {
+            return bad("top_k must be at least 1".into());
+        }
+        if let Some(a) = self.alg_temp {
+            if !(a.is_finite() && a >= 0.0) {
+                return bad(format!("alg_temp {a} must be finite and >= 0"));
+            }
+        }
+        if self.cfg_scale > 0.0 && self.cache != CacheMode::None {
+            return bad("classifier-free guidance is not supported together with a KV cache".into());
+        }
+        Ok(())
+    }
+
+    /// Full check for a diffusion run of `prompt` on a model with config `cfg`.
+    pub fn validate_for(&self, cfg: &ModelConfig, prompt: &[u32]) -> Result<()> {
+        self.validate()?;
+        let len = prompt.len() + self.gen_length;
+        if len > cfg.max_seq {
+            return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
+        }
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
+            return Err(EngineError::InvalidRequest(format!("prompt token {t} outside vocab of {}", cfg.vocab)));
+        }
+        if cfg.arch.is_diffusion() {
+            let Some(mask) = cfg.mask_token_id else {
+                return Err(EngineError::InvalidRequest("diffusion model without a mask token id".into()));
+            };
+            if prompt.contains(&mask) {
+                return Err(EngineError::InvalidRequest("the prompt contains the mask token".into()));
+            }
+            if self.cfg_scale > 0.0 && cfg.shift_logits {
+                return Err(EngineError::InvalidRequest("classifier-free guidance is only defined for LLaDA-style models".into()));
+            }
+        }
+        Ok(())
+    }
+}
