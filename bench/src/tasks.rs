@@ -61,10 +61,6 @@ impl EvalResult {
         let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
         if n == 0 { 0.0 } else { ok as f64 / n as f64 }
     }
-    /// Accuracy of one task (NaN when absent).
-    pub fn task_accuracy(&self, task: &str) -> f64 {
-        self.per_task.get(task).map(|(ok, n)| *ok as f64 / (*n).max(1) as f64).unwrap_or(f64::NAN)
-    }
     /// JSON summary.
     pub fn to_json(&self) -> Value {
         let tasks: serde_json::Map<String, Value> = self

@@ -71,12 +71,9 @@ fn generate_is_reproducible() {
 
 #[test]
 fn chat_reads_turns_from_stdin() {
-    let out = unmask()
-        .args(["chat"])
-        .args(SMALL)
-        .write_stdin("What is 2+3?\nSort: pear apple fig\n/quit\n")
-        .output()
-        .unwrap();
+    let mut cmd = unmask();
+    cmd.args(["chat"]).args(SMALL);
+    let out = assert_cmd::Command::from_std(cmd).write_stdin("What is 2+3?\nSort: pear apple fig\n/quit\n").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // One reply line per turn.
     assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
