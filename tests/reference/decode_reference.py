@@ -124,7 +124,8 @@ def llada_generate(model, prompt, gen_length, block_length, steps, threshold=Non
             order = order_by_confidence(conf, masked)
             if threshold is None:
                 chosen = order[:k]
-                if k < len(order):
+                # Exact ties at confidence 0 (banned tokens) are decided by position on both sides.
+                if k < len(order) and not conf[order[k - 1]] == conf[order[k]] == 0.0:
                     min_gap = min(min_gap, conf[order[k - 1]] - conf[order[k]])
             else:
                 chosen = [order[0]] + [p for p in order[1:] if conf[p] >= threshold]
@@ -238,6 +239,11 @@ def llada_cases(model):
         dict(gen_length=16, block_length=8, steps=4),
         dict(gen_length=16, block_length=8, steps=16, logits_eos_inf=True),
         dict(gen_length=16, block_length=8, steps=16, confidence_eos_eot_inf=True, eot=EOT),
+        # The random models never pick EOS, so these point "EOS"/"EOT" at tokens they do pick:
+        # the logit ban and the confidence quirk (confidence 0 for such tokens) then change the
+        # trajectory.
+        dict(gen_length=16, block_length=8, steps=16, logits_eos_inf=True, eos=64),
+        dict(gen_length=16, block_length=8, steps=8, confidence_eos_eot_inf=True, eos=3, eot=64),
         dict(gen_length=16, block_length=8, steps=16, threshold=0.1),
         dict(gen_length=24, block_length=24, steps=24, threshold=0.2),
     ]

@@ -89,7 +89,8 @@ pub fn run(
                     Candidate { pos, token, confidence }
                 })
                 .collect();
-            let mut chosen: Vec<&Candidate> = policy.select(&candidates, &mut rng).into_iter().filter_map(|i| candidates.get(i)).collect();
+            let mut chosen: Vec<&Candidate> =
+                policy.select(&candidates, &mut rng).into_iter().filter_map(|i| candidates.get(i)).collect();
             chosen.sort_by_key(|c| c.pos);
             let changes = chosen
                 .iter()
@@ -120,7 +121,8 @@ pub fn run(
     }
 
     let fill = settings.eos_id(&cfg).unwrap_or(mask);
-    let tokens: Vec<u32> = (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
+    let tokens: Vec<u32> =
+        (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
     let committed = canvas.committed_total();
     Ok(DecodeOutput {
         tokens,
@@ -162,8 +164,9 @@ fn logit_rows(masked: &[usize], start: usize, shift: bool) -> Result<Vec<usize>>
         .iter()
         .map(|&p| {
             let src = if shift { p.saturating_sub(1) } else { p };
-            src.checked_sub(start)
-                .ok_or_else(|| EngineError::InvalidRequest(format!("position {p} lies before the forward window at {start}")))
+            src.checked_sub(start).ok_or_else(|| {
+                EngineError::InvalidRequest(format!("position {p} lies before the forward window at {start}"))
+            })
         })
         .collect()
 }
@@ -194,7 +197,12 @@ fn unconditional_rows(
             *t = canvas.mask_id();
         }
     }
-    let req = ForwardRequest { tokens: &un, positions: &positions[plan.start..plan.end], logits_rows: rows, kv: KvMode::Ignore };
+    let req = ForwardRequest {
+        tokens: &un,
+        positions: &positions[plan.start..plan.end],
+        logits_rows: rows,
+        kv: KvMode::Ignore,
+    };
     let (out, stats) = backend.forward(&req, None)?;
     Ok((to_rows(&out.logits, out.vocab, rows.len(), backend.name())?, stats))
 }
