@@ -566,3 +566,27 @@ fn chat_session_appends_trimmed_replies() {
     assert!(chat.reply(be.as_mut(), &tok, &long, &CancelFlag::new(), discard_frames).is_err());
     assert_eq!(chat.messages.len(), 4);
 }
+
+#[test]
+fn llada_moe_and_dream_run_with_every_cache_and_threshold() {
+    for model in ["llada_moe", "dream"] {
+        let mut be = cpu(model);
+        let p = prompt(model, 0);
+        for cache in [CacheMode::None, CacheMode::Prefix, CacheMode::Dual] {
+            for threshold in [None, Some(0.3)] {
+                let s = DecodeSettings {
+                    gen_length: 16,
+                    block_length: 8,
+                    steps: 8,
+                    cache,
+                    threshold,
+                    alg: DreamAlg::TopkMargin,
+                    ..Default::default()
+                };
+                let (out, frames) = run(be.as_mut(), &p, &s);
+                assert!(out.canvas.masked_in(0, out.canvas.len()).is_empty(), "{model} {cache:?} {threshold:?}");
+                assert_eq!(frames.iter().map(|f| f.changes.len()).sum::<usize>(), 16);
+            }
+        }
+    }
+}
