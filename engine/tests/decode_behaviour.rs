@@ -590,3 +590,44 @@ fn llada_moe_and_dream_run_with_every_cache_and_threshold() {
         }
     }
 }
+
+/// A position whose prediction is the MASK token stays masked (as in the references) and the
+/// block still terminates: after its planned steps the mask token is banned.
+#[test]
+fn predicted_mask_tokens_stay_masked_and_blocks_terminate() {
+    struct MaskAt(Scripted, usize);
+    impl Backend for MaskAt {
+        fn name(&self) -> String {
+            "mask-at".into()
+        }
+        fn config(&self) -> &ModelConfig {
+            self.0.config()
+        }
+        fn new_cache(&self, capacity: usize) -> KvCache {
+            self.0.new_cache(capacity)
+        }
+        fn forward(
+            &mut self,
+            req: &ForwardRequest,
+            cache: Option<&mut KvCache>,
+        ) -> unmask_engine::Result<(ForwardOutput, ForwardStats)> {
+            let (mut out, stats) = self.0.forward(req, cache)?;
+            let v = out.vocab;
+            for (i, &r) in req.logits_rows.iter().enumerate() {
+                if req.positions[r] == self.1 {
+                    out.logits[i * v + 255] = 100.0; // the most confident prediction is MASK
+                }
+            }
+            Ok((out, stats))
+        }
+    }
+    for threshold in [None, Some(0.5)] {
+        let mut be = MaskAt(Scripted::new(usize::MAX), 5);
+        let s = DecodeSettings { gen_length: 8, block_length: 4, steps: 8, threshold, ..Default::default() };
+        let (out, frames) = run(&mut be, &[1, 2, 3], &s);
+        assert!(out.tokens.iter().all(|&t| t != 255), "{threshold:?}: {:?}", out.tokens);
+        let commit_of_5 = frames.iter().position(|f| f.changes.iter().any(|c| c.pos == 5)).unwrap();
+        assert!(commit_of_5 >= 3, "{threshold:?}: position 5 committed at frame {commit_of_5}");
+        assert_eq!(frames.iter().map(|f| f.changes.len()).sum::<usize>(), 8);
+    }
+}

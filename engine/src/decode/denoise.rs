@@ -48,6 +48,8 @@ pub fn run(
     let mut stop_reason = StopReason::Completed;
     // A policy may decline a step (zero transfers); it may not decline forever.
     let max_skips = settings.steps.max(1) + 1;
+    // Forwards a block normally needs at most (fixed schedule, or one commit per threshold step).
+    let planned_steps = settings.steps_per_block().max(settings.block_length);
 
     'blocks: for b in 0..settings.num_blocks() {
         let block = (prompt.len() + b * settings.block_length, prompt.len() + (b + 1) * settings.block_length);
@@ -81,16 +83,29 @@ pub fn run(
                 counters.add(&un.1);
                 apply_cfg(&mut logits, &un.0, settings.cfg_scale);
             }
+            // A predicted MASK token is "committed" as a mask by the references, i.e. the position
+            // stays masked (below). Once a block has used up its planned steps, the mask token is
+            // banned from the rows so that every block terminates.
+            let overtime = step_in_block >= planned_steps;
             let candidates: Vec<Candidate> = masked
                 .iter()
                 .zip(logits.iter_mut())
                 .map(|(&pos, row)| {
+                    if overtime {
+                        if let Some(slot) = row.get_mut(mask as usize) {
+                            *slot = f64::NEG_INFINITY;
+                        }
+                    }
                     let (token, confidence) = scorer.score(row, &mut rng);
                     Candidate { pos, token, confidence }
                 })
                 .collect();
-            let mut chosen: Vec<&Candidate> =
-                policy.select(&candidates, &mut rng).into_iter().filter_map(|i| candidates.get(i)).collect();
+            let mut chosen: Vec<&Candidate> = policy
+                .select(&candidates, &mut rng)
+                .into_iter()
+                .filter_map(|i| candidates.get(i))
+                .filter(|c| c.token != mask)
+                .collect();
             chosen.sort_by_key(|c| c.pos);
             let changes = chosen
                 .iter()
