@@ -10,12 +10,14 @@ use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::{Backend, ForwardStats};
 use unmask_engine::decode::cache::DecodeCache;
 use unmask_engine::decode::{
-    channel_sink, discard_frames, generate, CacheMode, CancelFlag, Canvas, ChatSession, DecodeOutput, DecodeSettings, DreamAlg,
-    Remasking, StepFrame, StopReason, TokenState,
+    channel_sink, discard_frames, generate, CacheMode, CancelFlag, Canvas, ChatSession, DecodeOutput, DecodeSettings,
+    DreamAlg, Remasking, StepFrame, StopReason, TokenState,
 };
 use unmask_engine::model::safetensors::SafetensorsSource;
 use unmask_engine::model::tensor::TensorSource;
-use unmask_engine::model::{load_transformer, ChatTemplate, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, TextTokenizer};
+use unmask_engine::model::{
+    load_transformer, ChatTemplate, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, TextTokenizer,
+};
 use unmask_engine::EngineError;
 
 fn golden(name: &str) -> PathBuf {
@@ -59,12 +61,21 @@ fn prefix_cache_single_block_first_step_is_exact() {
     for model in ["llada", "dream"] {
         let mut be = cpu(model);
         let p = prompt(model, 0);
-        let base = DecodeSettings { gen_length: 16, block_length: 16, steps: 16, alg: DreamAlg::MaskgitPlus, ..Default::default() };
+        let base = DecodeSettings {
+            gen_length: 16,
+            block_length: 16,
+            steps: 16,
+            alg: DreamAlg::MaskgitPlus,
+            ..Default::default()
+        };
         let (ref_out, ref_frames) = run(be.as_mut(), &p, &base);
         let (out, frames) = run(be.as_mut(), &p, &DecodeSettings { cache: CacheMode::Prefix, ..base.clone() });
         assert_eq!(frames[0].changes, ref_frames[0].changes, "{model}: block-start step differs");
         assert_eq!(frames[0].forward_tokens, p.len() + 16);
-        assert!(frames[1..].iter().all(|f| f.forward_tokens == 16 + usize::from(model == "dream")), "{model}: window size");
+        assert!(
+            frames[1..].iter().all(|f| f.forward_tokens == 16 + usize::from(model == "dream")),
+            "{model}: window size"
+        );
         println!("{model} prefix cache, one block: token agreement {:.3}", agreement(&out.tokens, &ref_out.tokens));
     }
 }
@@ -89,7 +100,8 @@ fn cache_windows_reproduce_full_forward_logits_on_unchanged_canvas() {
             let mut cache = DecodeCache::new(be.as_ref(), mode, len);
             let plan0 = cache.plan(0, block, len);
             assert_eq!((plan0.start, plan0.end, plan0.kv), (0, len, KvMode::ReadWrite));
-            let req = ForwardRequest { tokens: canvas.tokens(), positions: &positions, logits_rows: &src, kv: plan0.kv };
+            let req =
+                ForwardRequest { tokens: canvas.tokens(), positions: &positions, logits_rows: &src, kv: plan0.kv };
             let (full, _) = be.forward(&req, cache.kv_mut()).unwrap();
             cache.after_forward(&plan0, block);
             let plan1 = cache.plan(1, block, len);
@@ -115,9 +127,24 @@ fn cache_windows_reproduce_full_forward_logits_on_unchanged_canvas() {
 fn cache_drift_is_measured() {
     let cases = [
         ("llada", DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() }),
-        ("llada", DecodeSettings { gen_length: 32, block_length: 8, steps: 32, threshold: Some(0.1), ..Default::default() }),
-        ("dream", DecodeSettings { gen_length: 32, block_length: 8, steps: 32, alg: DreamAlg::MaskgitPlus, ..Default::default() }),
-        ("dream", DecodeSettings { gen_length: 32, block_length: 8, steps: 32, alg: DreamAlg::Entropy, ..Default::default() }),
+        (
+            "llada",
+            DecodeSettings { gen_length: 32, block_length: 8, steps: 32, threshold: Some(0.1), ..Default::default() },
+        ),
+        (
+            "dream",
+            DecodeSettings {
+                gen_length: 32,
+                block_length: 8,
+                steps: 32,
+                alg: DreamAlg::MaskgitPlus,
+                ..Default::default()
+            },
+        ),
+        (
+            "dream",
+            DecodeSettings { gen_length: 32, block_length: 8, steps: 32, alg: DreamAlg::Entropy, ..Default::default() },
+        ),
     ];
     for (model, base) in cases {
         let mut be = cpu(model);
@@ -127,7 +154,10 @@ fn cache_drift_is_measured() {
             for mode in [CacheMode::Prefix, CacheMode::Dual] {
                 let (out, frames) = run(be.as_mut(), &p, &DecodeSettings { cache: mode, ..base.clone() });
                 assert_eq!(out.tokens.len(), ref_out.tokens.len());
-                assert!(out.canvas.masked_in(0, out.canvas.len()).is_empty(), "{model} {mode:?}: canvas not fully decoded");
+                assert!(
+                    out.canvas.masked_in(0, out.canvas.len()).is_empty(),
+                    "{model} {mode:?}: canvas not fully decoded"
+                );
                 // Every block starts with one full forward; the other steps forward a window.
                 let full = frames.iter().filter(|f| f.forward_tokens == out.canvas.len()).count();
                 assert_eq!(full, base.num_blocks(), "{model} {mode:?}: block-start forwards");
@@ -152,7 +182,14 @@ fn frames_are_deltas_and_replay_to_the_final_canvas() {
     let p = prompt("llada", 2);
     for s in [
         DecodeSettings { gen_length: 24, block_length: 8, steps: 12, ..Default::default() },
-        DecodeSettings { gen_length: 24, block_length: 8, steps: 12, threshold: Some(0.1), cache: CacheMode::Dual, ..Default::default() },
+        DecodeSettings {
+            gen_length: 24,
+            block_length: 8,
+            steps: 12,
+            threshold: Some(0.1),
+            cache: CacheMode::Dual,
+            ..Default::default()
+        },
     ] {
         let (out, frames) = run(be.as_mut(), &p, &s);
         assert_eq!(out.frames, frames.len());
@@ -236,12 +273,20 @@ fn callback_break_stops_early() {
 fn settings_validation_errors() {
     let mut be = cpu("llada");
     let p = prompt("llada", 0);
-    let bad = |s: DecodeSettings, be: &mut Box<dyn Backend>, p: &[u32]| generate(be.as_mut(), p, &s, &CancelFlag::new(), discard_frames).unwrap_err();
+    let bad = |s: DecodeSettings, be: &mut Box<dyn Backend>, p: &[u32]| {
+        generate(be.as_mut(), p, &s, &CancelFlag::new(), discard_frames).unwrap_err()
+    };
     let d = DecodeSettings { gen_length: 16, block_length: 8, steps: 16, ..Default::default() };
-    assert!(matches!(bad(DecodeSettings { block_length: 5, ..d.clone() }, &mut be, &p), EngineError::InvalidRequest(_)));
+    assert!(matches!(
+        bad(DecodeSettings { block_length: 5, ..d.clone() }, &mut be, &p),
+        EngineError::InvalidRequest(_)
+    ));
     assert!(matches!(bad(DecodeSettings { steps: 7, ..d.clone() }, &mut be, &p), EngineError::InvalidRequest(_)));
     assert!(matches!(bad(DecodeSettings { gen_length: 0, ..d.clone() }, &mut be, &p), EngineError::InvalidRequest(_)));
-    assert!(matches!(bad(DecodeSettings { threshold: Some(1.5), ..d.clone() }, &mut be, &p), EngineError::InvalidRequest(_)));
+    assert!(matches!(
+        bad(DecodeSettings { threshold: Some(1.5), ..d.clone() }, &mut be, &p),
+        EngineError::InvalidRequest(_)
+    ));
     assert!(matches!(
         bad(DecodeSettings { cfg_scale: 1.0, cache: CacheMode::Prefix, ..d.clone() }, &mut be, &p),
         EngineError::InvalidRequest(_)
@@ -250,14 +295,24 @@ fn settings_validation_errors() {
     let e = bad(DecodeSettings { gen_length: 128, block_length: 32, steps: 128, ..d.clone() }, &mut be, &p);
     assert!(matches!(e, EngineError::ContextOverflow { len: 140, max: 128 }), "{e}");
     // Threshold decoding ignores `steps`.
-    assert!(generate(be.as_mut(), &p, &DecodeSettings { steps: 7, threshold: Some(0.5), ..d }, &CancelFlag::new(), discard_frames).is_ok());
+    assert!(generate(
+        be.as_mut(),
+        &p,
+        &DecodeSettings { steps: 7, threshold: Some(0.5), ..d },
+        &CancelFlag::new(),
+        discard_frames
+    )
+    .is_ok());
 }
 
 #[test]
 fn settings_defaults_and_serde_roundtrip() {
     let d = DecodeSettings::default();
     assert_eq!((d.gen_length, d.block_length, d.steps, d.temperature), (128, 32, 128, 0.0));
-    assert_eq!((d.remasking, d.cache, d.threshold, d.alg, d.eps), (Remasking::LowConfidence, CacheMode::None, None, DreamAlg::Origin, 1e-3));
+    assert_eq!(
+        (d.remasking, d.cache, d.threshold, d.alg, d.eps),
+        (Remasking::LowConfidence, CacheMode::None, None, DreamAlg::Origin, 1e-3)
+    );
     let s = DecodeSettings { threshold: Some(0.9), cache: CacheMode::Dual, alg: DreamAlg::TopkMargin, ..d };
     let json = serde_json::to_string(&s).unwrap();
     assert!(json.contains("\"dual\"") && json.contains("\"topk_margin\""), "{json}");
@@ -285,14 +340,24 @@ fn random_draws_are_reproducible_per_seed() {
     let p = prompt("llada", 1);
     let mut be = cpu("llada");
     let llada = [
-        DecodeSettings { gen_length: 16, block_length: 8, steps: 16, remasking: Remasking::Random, ..Default::default() },
+        DecodeSettings {
+            gen_length: 16,
+            block_length: 8,
+            steps: 16,
+            remasking: Remasking::Random,
+            ..Default::default()
+        },
         DecodeSettings { gen_length: 16, block_length: 8, steps: 16, temperature: 1.0, ..Default::default() },
     ];
     for s in llada {
         let a = run(be.as_mut(), &p, &DecodeSettings { seed: 7, ..s.clone() });
         let b = run(be.as_mut(), &p, &DecodeSettings { seed: 7, ..s.clone() });
-        assert_eq!(a.1.iter().map(|f| &f.changes).collect::<Vec<_>>(), b.1.iter().map(|f| &f.changes).collect::<Vec<_>>());
-        let seeds: Vec<Vec<StepFrame>> = (0..4).map(|seed| run(be.as_mut(), &p, &DecodeSettings { seed, ..s.clone() }).1).collect();
+        assert_eq!(
+            a.1.iter().map(|f| &f.changes).collect::<Vec<_>>(),
+            b.1.iter().map(|f| &f.changes).collect::<Vec<_>>()
+        );
+        let seeds: Vec<Vec<StepFrame>> =
+            (0..4).map(|seed| run(be.as_mut(), &p, &DecodeSettings { seed, ..s.clone() }).1).collect();
         assert!(seeds.windows(2).any(|w| w[0] != w[1]), "different seeds never changed the trajectory");
     }
     let mut dream = cpu("dream");
@@ -344,7 +409,11 @@ impl Backend for Scripted {
     fn new_cache(&self, capacity: usize) -> KvCache {
         KvCache::new(&self.cfg, capacity)
     }
-    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> unmask_engine::Result<(ForwardOutput, ForwardStats)> {
+    fn forward(
+        &mut self,
+        req: &ForwardRequest,
+        cache: Option<&mut KvCache>,
+    ) -> unmask_engine::Result<(ForwardOutput, ForwardStats)> {
         if req.kv == KvMode::ReadWrite {
             if let Some(c) = cache {
                 c.mark_valid(req.positions.iter().copied());
@@ -358,7 +427,13 @@ impl Backend for Scripted {
             let tok = if p >= self.eos_from { 254 } else { (p * 7) % 50 };
             logits[i * v + tok] = 20.0 - p as f32 * 0.1;
         }
-        let out = ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: v, context_len: req.tokens.len(), flops: 0.0 };
+        let out = ForwardOutput {
+            rows: req.logits_rows.to_vec(),
+            logits,
+            vocab: v,
+            context_len: req.tokens.len(),
+            flops: 0.0,
+        };
         Ok((out, ForwardStats { simulated_s: Some(0.5), tokens: req.tokens.len(), ..Default::default() }))
     }
 }
@@ -382,7 +457,7 @@ fn logits_are_requested_only_for_masked_block_positions() {
         }
         assert_eq!(out.simulated_s, Some(0.5 * out.forwards as f64));
         assert_eq!(frames[0].simulated_s, Some(0.5));
-        assert_eq!(out.tokens[0], (4 * 7) % 50);
+        assert_eq!(out.tokens[0], 28, "position 4 scripted as (4 * 7) % 50");
     }
 }
 
@@ -412,7 +487,13 @@ fn early_stop_after_a_block_ending_in_eos() {
 fn threshold_commits_in_parallel() {
     // Every scripted confidence is ~1, so a threshold commits a whole block per forward.
     let mut be = Scripted::new(usize::MAX);
-    let s = DecodeSettings { gen_length: 16, block_length: 8, threshold: Some(0.9), cache: CacheMode::Prefix, ..Default::default() };
+    let s = DecodeSettings {
+        gen_length: 16,
+        block_length: 8,
+        threshold: Some(0.9),
+        cache: CacheMode::Prefix,
+        ..Default::default()
+    };
     let (out, frames) = run(&mut be, &[1, 2, 3], &s);
     assert_eq!(out.forwards, 2);
     assert_eq!(frames.iter().map(|f| f.changes.len()).collect::<Vec<_>>(), vec![8, 8]);
@@ -434,7 +515,10 @@ fn ar_greedy_matches_transformers_generate() {
     assert_eq!(frames[0].forward_tokens, 12);
     assert_eq!(frames[1].forward_tokens, 1);
     let sampled = DecodeSettings { temperature: 0.8, top_k: Some(10), seed: 5, ..s };
-    assert_eq!(run(be.as_mut(), &prompt("llama", 0), &sampled).0.tokens, run(be.as_mut(), &prompt("llama", 0), &sampled).0.tokens);
+    assert_eq!(
+        run(be.as_mut(), &prompt("llama", 0), &sampled).0.tokens,
+        run(be.as_mut(), &prompt("llama", 0), &sampled).0.tokens
+    );
 }
 
 // ------------------------------------------------------------------------------------ chat
@@ -446,7 +530,8 @@ fn tiny_tokenizer() -> TextTokenizer {
     use tokenizers::models::wordlevel::WordLevel;
     use tokenizers::pre_tokenizers::whitespace::Whitespace;
     use tokenizers::{AddedToken, Tokenizer};
-    let specials = ["<|start_header_id|>", "<|end_header_id|>", "<|startoftext|>", "<|eot_id|>", "<|endoftext|>", "<|mdm_mask|>"];
+    let specials =
+        ["<|start_header_id|>", "<|end_header_id|>", "<|startoftext|>", "<|eot_id|>", "<|endoftext|>", "<|mdm_mask|>"];
     let mut vocab: HashMap<String, u32> = (0..250).map(|i| (format!("w{i}"), i)).collect();
     vocab.insert("user".into(), 10);
     vocab.insert("assistant".into(), 11);
@@ -480,4 +565,69 @@ fn chat_session_appends_trimmed_replies() {
     let long = "w1 ".repeat(200);
     assert!(chat.reply(be.as_mut(), &tok, &long, &CancelFlag::new(), discard_frames).is_err());
     assert_eq!(chat.messages.len(), 4);
+}
+
+#[test]
+fn llada_moe_and_dream_run_with_every_cache_and_threshold() {
+    for model in ["llada_moe", "dream"] {
+        let mut be = cpu(model);
+        let p = prompt(model, 0);
+        for cache in [CacheMode::None, CacheMode::Prefix, CacheMode::Dual] {
+            for threshold in [None, Some(0.3)] {
+                let s = DecodeSettings {
+                    gen_length: 16,
+                    block_length: 8,
+                    steps: 8,
+                    cache,
+                    threshold,
+                    alg: DreamAlg::TopkMargin,
+                    ..Default::default()
+                };
+                let (out, frames) = run(be.as_mut(), &p, &s);
+                assert!(out.canvas.masked_in(0, out.canvas.len()).is_empty(), "{model} {cache:?} {threshold:?}");
+                assert_eq!(frames.iter().map(|f| f.changes.len()).sum::<usize>(), 16);
+            }
+        }
+    }
+}
+
+/// A position whose prediction is the MASK token stays masked (as in the references) and the
+/// block still terminates: after its planned steps the mask token is banned.
+#[test]
+fn predicted_mask_tokens_stay_masked_and_blocks_terminate() {
+    struct MaskAt(Scripted, usize);
+    impl Backend for MaskAt {
+        fn name(&self) -> String {
+            "mask-at".into()
+        }
+        fn config(&self) -> &ModelConfig {
+            self.0.config()
+        }
+        fn new_cache(&self, capacity: usize) -> KvCache {
+            self.0.new_cache(capacity)
+        }
+        fn forward(
+            &mut self,
+            req: &ForwardRequest,
+            cache: Option<&mut KvCache>,
+        ) -> unmask_engine::Result<(ForwardOutput, ForwardStats)> {
+            let (mut out, stats) = self.0.forward(req, cache)?;
+            let v = out.vocab;
+            for (i, &r) in req.logits_rows.iter().enumerate() {
+                if req.positions[r] == self.1 {
+                    out.logits[i * v + 255] = 100.0; // the most confident prediction is MASK
+                }
+            }
+            Ok((out, stats))
+        }
+    }
+    for threshold in [None, Some(0.5)] {
+        let mut be = MaskAt(Scripted::new(usize::MAX), 5);
+        let s = DecodeSettings { gen_length: 8, block_length: 4, steps: 8, threshold, ..Default::default() };
+        let (out, frames) = run(&mut be, &[1, 2, 3], &s);
+        assert!(out.tokens.iter().all(|&t| t != 255), "{threshold:?}: {:?}", out.tokens);
+        let commit_of_5 = frames.iter().position(|f| f.changes.iter().any(|c| c.pos == 5)).unwrap();
+        assert!(commit_of_5 >= 3, "{threshold:?}: position 5 committed at frame {commit_of_5}");
+        assert_eq!(frames.iter().map(|f| f.changes.len()).sum::<usize>(), 8);
+    }
 }

@@ -40,6 +40,7 @@ fn settings_of(s: &Value) -> DecodeSettings {
         threshold: s.get("threshold").and_then(Value::as_f64),
         logits_eos_inf: s.get("logits_eos_inf").and_then(Value::as_bool).unwrap_or(false),
         confidence_eos_eot_inf: s.get("confidence_eos_eot_inf").and_then(Value::as_bool).unwrap_or(false),
+        eos_token_id: s.get("eos").and_then(Value::as_u64).map(|e| e as u32),
         eot_token_id: s.get("eot").and_then(Value::as_u64).map(|e| e as u32),
         ..Default::default()
     };
@@ -84,7 +85,11 @@ fn check_file(model: &str, file: &str) {
                 .map(|pc| (pc[0].as_u64().unwrap() as usize, pc[1].as_u64().unwrap() as u32))
                 .collect();
             let block = ids(&w["block"]);
-            assert_eq!((g.block.0, g.block.1), (block[0] as usize, block[1] as usize), "{model} case {ci} step {si}: block");
+            assert_eq!(
+                (g.block.0, g.block.1),
+                (block[0] as usize, block[1] as usize),
+                "{model} case {ci} step {si}: block"
+            );
             assert_eq!(commits(g), want, "{model} case {ci} ({}) step {si}: commits differ", case["settings"]);
         }
         assert_eq!(got.len(), want_steps.len(), "{model} case {ci}: step count");

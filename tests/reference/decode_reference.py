@@ -23,7 +23,10 @@ import json
 import os
 import sys
 
-import numpy as np
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one thread: bit-stable float64 sums
+
+import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -124,7 +127,8 @@ def llada_generate(model, prompt, gen_length, block_length, steps, threshold=Non
             order = order_by_confidence(conf, masked)
             if threshold is None:
                 chosen = order[:k]
-                if k < len(order):
+                # Exact ties at confidence 0 (banned tokens) are decided by position on both sides.
+                if k < len(order) and not conf[order[k - 1]] == conf[order[k]] == 0.0:
                     min_gap = min(min_gap, conf[order[k - 1]] - conf[order[k]])
             else:
                 chosen = [order[0]] + [p for p in order[1:] if conf[p] >= threshold]
@@ -238,6 +242,11 @@ def llada_cases(model):
         dict(gen_length=16, block_length=8, steps=4),
         dict(gen_length=16, block_length=8, steps=16, logits_eos_inf=True),
         dict(gen_length=16, block_length=8, steps=16, confidence_eos_eot_inf=True, eot=EOT),
+        # The random models never pick EOS, so these point "EOS"/"EOT" at tokens they do pick:
+        # the logit ban and the confidence quirk (confidence 0 for such tokens) then change the
+        # trajectory.
+        dict(gen_length=16, block_length=8, steps=16, logits_eos_inf=True, eos=64),
+        dict(gen_length=16, block_length=8, steps=8, confidence_eos_eot_inf=True, eos=3, eot=64),
         dict(gen_length=16, block_length=8, steps=16, threshold=0.1),
         dict(gen_length=24, block_length=24, steps=24, threshold=0.2),
     ]

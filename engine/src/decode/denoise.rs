@@ -48,6 +48,8 @@ pub fn run(
     let mut stop_reason = StopReason::Completed;
     // A policy may decline a step (zero transfers); it may not decline forever.
     let max_skips = settings.steps.max(1) + 1;
+    // Forwards a block normally needs at most (fixed schedule, or one commit per threshold step).
+    let planned_steps = settings.steps_per_block().max(settings.block_length);
 
     'blocks: for b in 0..settings.num_blocks() {
         let block = (prompt.len() + b * settings.block_length, prompt.len() + (b + 1) * settings.block_length);
@@ -81,15 +83,29 @@ pub fn run(
                 counters.add(&un.1);
                 apply_cfg(&mut logits, &un.0, settings.cfg_scale);
             }
+            // A predicted MASK token is "committed" as a mask by the references, i.e. the position
+            // stays masked (below). Once a block has used up its planned steps, the mask token is
+            // banned from the rows so that every block terminates.
+            let overtime = step_in_block >= planned_steps;
             let candidates: Vec<Candidate> = masked
                 .iter()
                 .zip(logits.iter_mut())
                 .map(|(&pos, row)| {
+                    if overtime {
+                        if let Some(slot) = row.get_mut(mask as usize) {
+                            *slot = f64::NEG_INFINITY;
+                        }
+                    }
                     let (token, confidence) = scorer.score(row, &mut rng);
                     Candidate { pos, token, confidence }
                 })
                 .collect();
-            let mut chosen: Vec<&Candidate> = policy.select(&candidates, &mut rng).into_iter().filter_map(|i| candidates.get(i)).collect();
+            let mut chosen: Vec<&Candidate> = policy
+                .select(&candidates, &mut rng)
+                .into_iter()
+                .filter_map(|i| candidates.get(i))
+                .filter(|c| c.token != mask)
+                .collect();
             chosen.sort_by_key(|c| c.pos);
             let changes = chosen
                 .iter()
@@ -120,7 +136,8 @@ pub fn run(
     }
 
     let fill = settings.eos_id(&cfg).unwrap_or(mask);
-    let tokens: Vec<u32> = (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
+    let tokens: Vec<u32> =
+        (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
     let committed = canvas.committed_total();
     Ok(DecodeOutput {
         tokens,
@@ -162,8 +179,9 @@ fn logit_rows(masked: &[usize], start: usize, shift: bool) -> Result<Vec<usize>>
         .iter()
         .map(|&p| {
             let src = if shift { p.saturating_sub(1) } else { p };
-            src.checked_sub(start)
-                .ok_or_else(|| EngineError::InvalidRequest(format!("position {p} lies before the forward window at {start}")))
+            src.checked_sub(start).ok_or_else(|| {
+                EngineError::InvalidRequest(format!("position {p} lies before the forward window at {start}"))
+            })
         })
         .collect()
 }
@@ -194,7 +212,12 @@ fn unconditional_rows(
             *t = canvas.mask_id();
         }
     }
-    let req = ForwardRequest { tokens: &un, positions: &positions[plan.start..plan.end], logits_rows: rows, kv: KvMode::Ignore };
+    let req = ForwardRequest {
+        tokens: &un,
+        positions: &positions[plan.start..plan.end],
+        logits_rows: rows,
+        kv: KvMode::Ignore,
+    };
     let (out, stats) = backend.forward(&req, None)?;
     Ok((to_rows(&out.logits, out.vocab, rows.len(), backend.name())?, stats))
 }

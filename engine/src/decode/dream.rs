@@ -12,7 +12,9 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::policy::{Candidate, Scorer, TransferPolicy};
-use super::sampling::{argmax, order_by_score, sample_categorical, sample_without_replacement, softmax, top_k_filter, top_p_filter};
+use super::sampling::{
+    argmax, order_by_score, sample_categorical, sample_without_replacement, softmax, top_k_filter, top_p_filter,
+};
 use super::settings::{DecodeSettings, DreamAlg};
 
 /// `torch.linspace(start, end, n)` in f32 with torch's symmetric scalar formula.
@@ -47,7 +49,12 @@ pub struct DreamScorer {
 impl DreamScorer {
     /// A scorer for `settings`.
     pub fn new(settings: &DecodeSettings) -> Self {
-        DreamScorer { temperature: settings.temperature, top_p: settings.top_p, top_k: settings.top_k, alg: settings.alg }
+        DreamScorer {
+            temperature: settings.temperature,
+            top_p: settings.top_p,
+            top_k: settings.top_k,
+            alg: settings.alg,
+        }
     }
 }
 

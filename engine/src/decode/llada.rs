@@ -66,7 +66,9 @@ impl Scorer for LladaScorer {
         if self.confidence_eos_eot_inf {
             // generate.py writes −inf to EOS of the *noisy* logits and to EOT of the clean ones,
             // after x0 is chosen. At temperature 0 the noisy tensor aliases the clean one, so both
-            // writes reach the softmax below; at T > 0 only the EOT write does.
+            // writes reach the softmax below; at T > 0 only the EOT write does. A position whose
+            // chosen token was banned this way gets confidence p = 0 (not −inf), which still ranks
+            // it above everything outside the block, as in the reference.
             if self.temperature == 0.0 {
                 set_neg_inf(logits, self.eos);
             }

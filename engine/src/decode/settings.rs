@@ -138,12 +138,15 @@ impl DecodeSettings {
         if self.gen_length == 0 || self.block_length == 0 {
             return bad("gen_length and block_length must be positive".into());
         }
-        if self.gen_length % self.block_length != 0 {
-            return bad(format!("gen_length {} is not a multiple of block_length {}", self.gen_length, self.block_length));
+        if !self.gen_length.is_multiple_of(self.block_length) {
+            return bad(format!(
+                "gen_length {} is not a multiple of block_length {}",
+                self.gen_length, self.block_length
+            ));
         }
         if self.threshold.is_none() {
             let nb = self.num_blocks();
-            if self.steps == 0 || self.steps % nb != 0 {
+            if self.steps == 0 || !self.steps.is_multiple_of(nb) {
                 return bad(format!("steps {} must be a positive multiple of the {nb} blocks", self.steps));
             }
         }
@@ -198,7 +201,9 @@ impl DecodeSettings {
                 return Err(EngineError::InvalidRequest("the prompt contains the mask token".into()));
             }
             if self.cfg_scale > 0.0 && cfg.shift_logits {
-                return Err(EngineError::InvalidRequest("classifier-free guidance is only defined for LLaDA-style models".into()));
+                return Err(EngineError::InvalidRequest(
+                    "classifier-free guidance is only defined for LLaDA-style models".into(),
+                ));
             }
         }
         Ok(())
