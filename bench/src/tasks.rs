@@ -87,7 +87,12 @@ pub fn evaluate(
 ) -> Result<EvalResult> {
     let mut r = EvalResult::default();
     let cancel = CancelFlag::new();
+    let bar = indicatif::ProgressBar::new(examples.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("  {bar:30} {pos}/{len} examples · {elapsed} · eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     for ex in examples {
+        bar.inc(1);
         let ids = tok.encode(&ex.prompt)?;
         let out = generate(backend, &ids, settings, &cancel, |_: &StepFrame| ControlFlow::Continue(()))?;
         let answer_ids = trim_at_stop(&out.tokens, stop_ids);
@@ -104,6 +109,7 @@ pub fn evaluate(
         r.simulated_s += out.simulated_s.unwrap_or(0.0);
         r.outputs.push(out.tokens);
     }
+    bar.finish_and_clear();
     Ok(r)
 }
 

@@ -63,6 +63,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a benchmark suite (writes bench/results/SUITE.json; `unmask bench --list`).
+    Bench {
+        /// Suite names (forward, kernels, quality, decoding, ablation, npu).
+        suites: Vec<String>,
+        /// Short version of each suite (under 2 minutes).
+        #[arg(long)]
+        quick: bool,
+        /// List the suites.
+        #[arg(long)]
+        list: bool,
+        /// Print the suites' headline figures as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Manage models.
     Models {
         #[command(subcommand)]
@@ -90,6 +104,7 @@ fn main() -> ExitCode {
         Command::Chat { model, decode, backend, output } => generate::run_chat(&model, &decode, &backend, &output),
         Command::Info { model, json } => generate::run_info(&model, json),
         Command::Models { action: ModelsAction::List { json } } => list_models(json),
+        Command::Bench { suites, quick, list, json } => run_bench(&suites, quick, list, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -123,6 +138,34 @@ fn list_models(json: bool) -> anyhow::Result<()> {
             let mark = if n == model_path::DEFAULT_MODEL { " (default)" } else { "" };
             println!("{n}{mark}\t{}", p.display());
         }
+    }
+    Ok(())
+}
+
+/// Runs the benchmark harness binary (`unmask-bench`, built next to `unmask`).
+fn run_bench(suites: &[String], quick: bool, list: bool, json: bool) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let harness = exe.with_file_name(format!("unmask-bench{}", std::env::consts::EXE_SUFFIX));
+    if !harness.exists() {
+        anyhow::bail!(
+            "benchmark harness not found at {} (build it with `cargo build --release -p unmask-bench`, or run `bench/run SUITE`)",
+            harness.display()
+        );
+    }
+    let mut cmd = std::process::Command::new(&harness);
+    cmd.args(suites);
+    if quick {
+        cmd.arg("--quick");
+    }
+    if list || suites.is_empty() {
+        cmd.arg("--list");
+    }
+    if !json {
+        cmd.stdout(std::process::Stdio::null());
+    }
+    let status = cmd.status()?;
+    if !status.success() {
+        anyhow::bail!("benchmark harness exited with {status}");
     }
     Ok(())
 }
