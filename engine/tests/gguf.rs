@@ -1,0 +1,267 @@
+//! GGUF reader, config mapping, writer/exporter and tokenizer against golden files
+//! (`tests/golden/gguf`, `tests/golden/quant`) and optional real files (SmolLM2, llama.cpp vocabularies).
+
+use std::path::{Path, PathBuf};
+
+use unmask_engine::kernels::quant::dequantize;
+use unmask_engine::model::config::{Architecture, RopeStyle};
+use unmask_engine::model::gguf::{export_gguf, GgufFile};
+use unmask_engine::model::safetensors::SafetensorsSource;
+use unmask_engine::model::tensor::{DType, TensorSource};
+use unmask_engine::model::{load_transformer, ForwardRequest, KvMode, ModelConfig, Transformer};
+
+fn golden(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden").join(rel)
+}
+
+fn max_rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs() / scale))
+}
+
+fn full_forward(t: &Transformer, ids: &[u32]) -> Vec<f32> {
+    let pos: Vec<usize> = (0..ids.len()).collect();
+    t.forward(&ForwardRequest { tokens: ids, positions: &pos, logits_rows: &pos, kv: KvMode::Ignore }, None)
+        .unwrap()
+        .logits
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy AR continuation with the KV cache, one token per forward (as `golden_logits.rs`).
+fn greedy(t: &Transformer, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut cache = t.new_cache(t.config.max_seq.min(prompt.len() + n + 1));
+    let pos: Vec<usize> = (0..prompt.len()).collect();
+    let out = t
+        .forward(
+            &ForwardRequest { tokens: prompt, positions: &pos, logits_rows: &[prompt.len() - 1], kv: KvMode::ReadWrite },
+            Some(&mut cache),
+        )
+        .unwrap();
+    let mut next = argmax(out.row(0));
+    let mut got = vec![next];
+    for step in 0..n - 1 {
+        let p = prompt.len() + step;
+        let out = t
+            .forward(&ForwardRequest { tokens: &[next], positions: &[p], logits_rows: &[0], kv: KvMode::ReadWrite }, Some(&mut cache))
+            .unwrap();
+        next = argmax(out.row(0));
+        got.push(next);
+    }
+    got
+}
+
+fn prompts(golden_file: &Path) -> Vec<Vec<u32>> {
+    let g = SafetensorsSource::open(golden_file).unwrap();
+    let t = g.get("input_ids").unwrap();
+    let seq = t.shape[1];
+    let ids: Vec<u32> = t.to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    ids.chunks(seq).map(|c| c.to_vec()).collect()
+}
+
+// ---------- quant vectors ----------
+
+fn check_quant(ty: &str, dtype: DType) {
+    let f = GgufFile::open(&golden(&format!("quant/{ty}.gguf"))).unwrap();
+    let st = SafetensorsSource::open(&golden(&format!("quant/{ty}.safetensors"))).unwrap();
+    let mut pairs = vec![("w", "raw", "dequant")];
+    if st.contains("raw_rand") {
+        pairs.push(("w_rand", "raw_rand", "dequant_rand"));
+    }
+    for (tensor, raw, deq) in pairs {
+        let t = f.get(tensor).unwrap();
+        assert_eq!(t.dtype, dtype, "{ty}/{tensor}");
+        assert!(t.data.is_mapped(), "{ty}: GGUF tensors must be zero-copy");
+        let raw_t = st.get(raw).unwrap();
+        assert_eq!(t.shape, vec![raw_t.shape[0], 512], "{ty}/{tensor} shape");
+        assert_eq!(t.data.as_slice(), raw_t.data.as_slice(), "{ty}/{tensor}: bytes differ from `{raw}`");
+        let ours = dequantize(t.dtype, t.data.as_slice(), t.numel()).unwrap();
+        let want = st.get(deq).unwrap().to_f32_vec().unwrap();
+        for (i, (a, b)) in ours.iter().zip(&want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{ty}/{tensor} element {i}: ours {a} vs gguf-py {b}");
+        }
+    }
+    assert_eq!(f.tensor_info("w").unwrap().ne, vec![512, 4]);
+}
+
+#[test]
+fn quant_q8_0_bit_exact() {
+    check_quant("Q8_0", DType::Q8_0);
+}
+#[test]
+fn quant_q4_0_bit_exact() {
+    check_quant("Q4_0", DType::Q4_0);
+}
+#[test]
+fn quant_q4_1_bit_exact() {
+    check_quant("Q4_1", DType::Q4_1);
+}
+#[test]
+fn quant_q4_k_bit_exact() {
+    check_quant("Q4_K", DType::Q4_K);
+}
+#[test]
+fn quant_q6_k_bit_exact() {
+    check_quant("Q6_K", DType::Q6_K);
+}
+#[test]
+fn quant_f16_bit_exact() {
+    check_quant("F16", DType::F16);
+}
+#[test]
+fn quant_bf16_bit_exact() {
+    check_quant("BF16", DType::BF16);
+}
+
+/// Our Q8_0 quantiser reproduces gguf-py's bytes for the same floats.
+#[test]
+fn quantize_q8_0_matches_gguf_py() {
+    let x = SafetensorsSource::open(&golden("quant/input.safetensors")).unwrap().get("x").unwrap().to_f32_vec().unwrap();
+    let raw = SafetensorsSource::open(&golden("quant/Q8_0.safetensors")).unwrap().get("raw").unwrap();
+    let ours = unmask_engine::kernels::quant::quantize_q8_0(&x).unwrap();
+    assert_eq!(ours.as_slice(), raw.data.as_slice());
+}
+
+// ---------- tiny llama Q8_0 GGUF ----------
+
+#[test]
+fn tiny_llama_q8_0_config() {
+    let f = GgufFile::open(&golden("gguf/tiny-llama-q8_0.gguf")).unwrap();
+    assert_eq!(f.version(), 3);
+    let c = ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!(c.arch, Architecture::Llama);
+    assert_eq!((c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab), (64, 2, 4, 2, 16, 128, 256));
+    assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    assert_eq!(c.rope_theta, 500000.0);
+    assert_eq!(c.rms_eps, 1e-5);
+    assert_eq!((c.bos_token_id, c.eos_token_id), (Some(252), Some(254)));
+    assert!(c.causal && !c.shift_logits && !c.qkv_bias && !c.qk_norm && !c.tie_embeddings);
+    let t = f.get("token_embd.weight").unwrap();
+    assert_eq!((t.dtype, t.shape.clone()), (DType::Q8_0, vec![256, 64]));
+}
+
+#[test]
+fn tiny_llama_q8_0_matches_dequantised_transformers() {
+    let path = golden("gguf/tiny-llama-q8_0.gguf");
+    let (t, _) = load_transformer(&path).unwrap();
+    let gpath = golden("gguf/golden.safetensors");
+    let g = SafetensorsSource::open(&gpath).unwrap();
+    let logits = g.get("logits_q8_0").unwrap().to_f32_vec().unwrap();
+    let ps = prompts(&gpath);
+    let n = ps[0].len() * 256;
+    for (i, ids) in ps.iter().enumerate() {
+        let err = max_rel_err(&full_forward(&t, ids), &logits[i * n..(i + 1) * n]);
+        assert!(err < 1e-4, "prompt {i}: max relative error {err}");
+    }
+    let want: Vec<u32> = g.get("greedy_ids_q8_0").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    assert_eq!(greedy(&t, &ps[0], want.len()), want);
+}
+
+// ---------- writer / exporter ----------
+
+#[test]
+fn llama_safetensors_and_own_f32_gguf_export_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llama-f32.gguf");
+    export_gguf(&golden("llama"), &out, DType::F32).unwrap();
+    let (a, _) = load_transformer(&golden("llama")).unwrap();
+    let (b, _) = load_transformer(&out).unwrap();
+    assert_eq!(b.config.rope_style, RopeStyle::Interleaved);
+    let gpath = golden("llama/golden.safetensors");
+    let g = SafetensorsSource::open(&gpath).unwrap();
+    let want = g.get("logits").unwrap().to_f32_vec().unwrap();
+    let ps = prompts(&gpath);
+    let n = ps[0].len() * 256;
+    for (i, ids) in ps.iter().enumerate() {
+        let (la, lb) = (full_forward(&a, ids), full_forward(&b, ids));
+        let err = max_rel_err(&lb, &la);
+        assert!(err < 1e-5, "prompt {i}: safetensors vs GGUF-F32 differ by {err}");
+        assert!(max_rel_err(&lb, &want[i * n..(i + 1) * n]) < 1e-4);
+    }
+    let greedy_want: Vec<u32> = g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    assert_eq!(greedy(&b, &ps[0], greedy_want.len()), greedy_want);
+}
+
+fn export_and_compare(model: &str, dtype: DType, tol: f32) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(format!("{model}.gguf"));
+    export_gguf(&golden(model), &out, dtype).unwrap();
+    let (a, _) = load_transformer(&golden(model)).unwrap();
+    let (b, _) = load_transformer(&out).unwrap();
+    assert_eq!(a.config.arch, b.config.arch);
+    assert_eq!((a.config.causal, a.config.shift_logits, a.config.mask_token_id), (b.config.causal, b.config.shift_logits, b.config.mask_token_id));
+    let gpath = golden(&format!("{model}/golden.safetensors"));
+    let want = SafetensorsSource::open(&gpath).unwrap().get("logits").unwrap().to_f32_vec().unwrap();
+    let ps = prompts(&gpath);
+    let n = ps[0].len() * a.config.vocab;
+    for (i, ids) in ps.iter().enumerate() {
+        let lb = full_forward(&b, ids);
+        let err = max_rel_err(&lb, &full_forward(&a, ids));
+        assert!(err < tol, "{model} {dtype} prompt {i}: safetensors vs GGUF differ by {err}");
+        let g = &want[i * n..(i + 1) * n];
+        let err = max_rel_err(&lb, g);
+        assert!(err < tol.max(1e-4), "{model} {dtype} prompt {i}: vs golden {err}");
+        if dtype == DType::Q8_0 {
+            // Quantised weights: most positions still pick the same top token.
+            let rows = ids.len();
+            let same = (0..rows).filter(|&r| argmax(&lb[r * 256..(r + 1) * 256]) == argmax(&g[r * 256..(r + 1) * 256])).count();
+            assert!(same * 10 >= rows * 8, "{model} Q8_0 prompt {i}: top-1 agrees on only {same}/{rows} rows");
+        }
+    }
+}
+
+#[test]
+fn llada_export_f32_roundtrip() {
+    export_and_compare("llada", DType::F32, 1e-5);
+}
+#[test]
+fn llada_export_q8_0_close() {
+    export_and_compare("llada", DType::Q8_0, 5e-2);
+}
+#[test]
+fn dream_export_f32_roundtrip() {
+    export_and_compare("dream", DType::F32, 1e-5);
+}
+#[test]
+fn llada_moe_export_f32_roundtrip() {
+    export_and_compare("llada_moe", DType::F32, 1e-5);
+}
+#[test]
+fn qwen3_export_f32_roundtrip() {
+    export_and_compare("qwen3", DType::F32, 1e-5);
+}
+
+#[test]
+fn llada_export_metadata_follows_llama_cpp() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("llada.gguf");
+    export_gguf(&golden("llada"), &out, DType::F16).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let m = f.metadata();
+    assert_eq!(m.str("general.architecture"), Some("llada"));
+    assert_eq!(m.get("llada.attention.causal").and_then(|v| v.as_bool()), Some(false));
+    assert_eq!(m.get("diffusion.shift_logits").and_then(|v| v.as_bool()), Some(false));
+    assert_eq!(m.get("tokenizer.ggml.mask_token_id").and_then(|v| v.as_u64()), Some(255));
+    assert_eq!(m.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()), Some(true));
+    assert_eq!(f.get("blk.0.attn_q.weight").unwrap().dtype, DType::F16);
+    assert_eq!(f.get("blk.0.attn_norm.weight").unwrap().dtype, DType::F32);
+    let c = ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!(c.rope_style, RopeStyle::Interleaved);
+    assert!(!c.causal && !c.shift_logits);
+    // Dream: no shift key written, read back as shifted.
+    let out = dir.path().join("dream.gguf");
+    export_gguf(&golden("dream"), &out, DType::F32).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    assert!(f.metadata().get("diffusion.shift_logits").is_none());
+    let c = ModelConfig::from_gguf(&f).unwrap();
+    assert!(c.shift_logits && c.qkv_bias && c.rope_style == RopeStyle::RotateHalf);
+}
