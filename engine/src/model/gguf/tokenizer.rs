@@ -1,4 +1,5 @@
-//! Builds an HF `tokenizers` tokenizer from a GGUF's embedded vocabulary (`tokenizer.ggml.*`).
+//! Builds an HF `tokenizers` tokenizer from a GGUF's embedded vocabulary (`tokenizer.ggml.*`):
+//! byte-level BPE (`gpt2`) and SentencePiece-BPE (`llama`).
 
 use std::path::Path;
 
@@ -67,13 +68,16 @@ fn pre_tokenizer(path: &Path, pre: &str) -> Result<PreTokenizerWrapper> {
     }
 }
 
-/// Builds the tokenizer of a GGUF (`tokenizer.ggml.model` = `gpt2`, byte-level BPE).
+/// Builds the tokenizer of a GGUF (`tokenizer.ggml.model` = `gpt2` byte-level BPE or `llama` SPM).
 pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
     let path = file.path();
     let meta = file.metadata();
     let model = meta.str("tokenizer.ggml.model").ok_or_else(|| err(path, "no `tokenizer.ggml.model` in the GGUF"))?;
+    if model == "llama" {
+        return spm_tokenizer(file);
+    }
     if model != "gpt2" {
-        return Err(err(path, format!("unsupported tokenizer model {model}{}", if model == "llama" { " (SPM)" } else { "" })));
+        return Err(err(path, format!("unsupported tokenizer model {model}")));
     }
     let tokens = meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
     let merges = meta.str_array("tokenizer.ggml.merges").unwrap_or_default();
@@ -115,6 +119,94 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
         .collect();
     // Control tokens are special (dropped by `decode(skip_special)`); user-defined ones are plain text.
     let (special, normal): (Vec<_>, Vec<_>) = added.into_iter().partition(|t| t.special);
+    tk.add_special_tokens(&special);
+    tk.add_tokens(&normal);
+    Ok(TextTokenizer::from_tokenizer(tk))
+}
+
+/// llama.cpp token type of the `<unk>` piece (special in HF's SentencePiece conversion).
+const TOKEN_UNKNOWN: i64 = 2;
+
+/// SentencePiece-BPE (`tokenizer.ggml.model` = `llama`: tokens + scores) as HF's Llama fast
+/// tokenizer does it: "▁" for spaces (plus a leading one), BPE merges derived from the scores,
+/// byte fallback through the `<0xNN>` pieces.
+fn spm_tokenizer(file: &GgufFile) -> Result<TextTokenizer> {
+    use tokenizers::decoders::byte_fallback::ByteFallback;
+    use tokenizers::decoders::fuse::Fuse;
+    use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+    use tokenizers::decoders::strip::Strip;
+    use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+    use tokenizers::{DecoderWrapper, NormalizerWrapper};
+
+    let path = file.path();
+    let meta = file.metadata();
+    let tokens = meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
+    let scores: Vec<f64> = match meta.get("tokenizer.ggml.scores").and_then(|t| t.as_array()) {
+        Some(a) if a.len() == tokens.len() => a.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect(),
+        _ => return Err(err(path, "SPM vocabulary without one `tokenizer.ggml.scores` entry per token")),
+    };
+    let types: Vec<i64> = match meta.get("tokenizer.ggml.token_type").and_then(|t| t.as_array()) {
+        Some(a) => a.iter().map(|v| v.as_i64().unwrap_or(1)).collect(),
+        None => Vec::new(),
+    };
+    let mut vocab = Vocab::default();
+    for (i, t) in tokens.iter().enumerate() {
+        vocab.entry((*t).to_owned()).or_insert(i as u32);
+    }
+    // A merge (l, r) exists for every split of a piece into two pieces; higher-scored results
+    // merge first, and among splits of one piece the longer left part first (HF's extractor).
+    let mut merges: Vec<(f64, usize, usize, u32, u32, &str, &str)> = Vec::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let mut local = Vec::new();
+        for (at, _) in t.char_indices().skip(1) {
+            let (l, r) = t.split_at(at);
+            if let (Some(&il), Some(&ir)) = (vocab.get(l), vocab.get(r)) {
+                local.push((scores[i], l.chars().count(), r.chars().count(), il, ir, l, r));
+            }
+        }
+        local.sort_by_key(|m| (m.3, m.4));
+        merges.extend(local);
+    }
+    // Stable sort, descending by (score, left length, right length).
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+    let pairs: Vec<(String, String)> = merges.iter().map(|m| (m.5.to_owned(), m.6.to_owned())).collect();
+    let unk = meta
+        .get("tokenizer.ggml.unknown_token_id")
+        .and_then(|v| v.as_u64())
+        .and_then(|i| tokens.get(i as usize))
+        .map(|s| (*s).to_owned())
+        .unwrap_or_else(|| "<unk>".to_owned());
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .unk_token(unk)
+        .fuse_unk(true)
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| err(path, format!("BPE: {e}")))?;
+    let mut tk = Tokenizer::new(bpe);
+    let space = Replace::new(" ", "▁").map_err(|e| err(path, e.to_string()))?;
+    let add_prefix = meta.get("tokenizer.ggml.add_space_prefix").and_then(|v| v.as_bool()).unwrap_or(true);
+    let mut norm: Vec<NormalizerWrapper> = Vec::new();
+    if add_prefix {
+        norm.push(Prepend::new("▁".to_owned()).into());
+    }
+    norm.push(space.into());
+    tk.with_normalizer(Some(NormalizerSequence::new(norm)));
+    let unspace = Replace::new("▁", " ").map_err(|e| err(path, e.to_string()))?;
+    let mut dec: Vec<DecoderWrapper> = vec![unspace.into(), ByteFallback::new().into(), Fuse::new().into()];
+    if add_prefix {
+        dec.push(Strip::new(' ', 1, 0).into());
+    }
+    tk.with_decoder(Some(DecoderSequence::new(dec)));
+    let mut special = Vec::new();
+    let mut normal = Vec::new();
+    for (s, &t) in tokens.iter().zip(types.iter()) {
+        match t {
+            TOKEN_CONTROL | TOKEN_UNKNOWN => special.push(AddedToken::from((*s).to_owned(), true)),
+            TOKEN_USER_DEFINED => normal.push(AddedToken::from((*s).to_owned(), false)),
+            _ => {}
+        }
+    }
     tk.add_special_tokens(&special);
     tk.add_tokens(&normal);
     Ok(TextTokenizer::from_tokenizer(tk))
