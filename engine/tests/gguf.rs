@@ -460,3 +460,55 @@ fn llama_cpp_vocab_vectors() {
     }
     assert!(failures.is_empty(), "vocabularies with mismatches: {failures:?}");
 }
+
+/// `export_gguf` embeds a `tokenizer.json` as `tokenizer.ggml.*`; `load_model` on the GGUF rebuilds
+/// a tokenizer that encodes like the original and picks the chat template from the GGUF.
+#[test]
+fn export_with_tokenizer_then_load_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny-llama");
+    std::fs::create_dir(&model).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(golden(&format!("llama/{f}")), model.join(f)).unwrap();
+    }
+    let tokens = ["h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw"];
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        tokens.iter().enumerate().map(|(i, t)| (t.to_string(), serde_json::json!(i))).collect();
+    let added = |id: u32, s: &str| serde_json::json!({"id": id, "content": s, "single_word": false, "lstrip": false,
+        "rstrip": false, "normalized": false, "special": true});
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [added(13, "<|begin_of_text|>"), added(14, "<|eot_id|>")],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": vocab, "merges": ["h e", "l l", "he ll", "hell o", "Ġ w"]}
+    });
+    std::fs::write(model.join("tokenizer.json"), serde_json::to_string(&tok).unwrap()).unwrap();
+    std::fs::write(
+        model.join("tokenizer_config.json"),
+        r#"{"chat_template": "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"}"#,
+    )
+    .unwrap();
+    let out = dir.path().join("tiny-llama-q8_0.gguf");
+    export_gguf(&model, &out, DType::Q8_0).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let m = f.metadata();
+    assert_eq!(m.str("tokenizer.ggml.model"), Some("gpt2"));
+    let toks = m.str_array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!((toks.len(), toks[13], toks[15]), (256, "<|begin_of_text|>", "[PAD15]"));
+    assert_eq!(m.get("tokenizer.ggml.token_type").unwrap().as_array().unwrap()[13].as_i64(), Some(3));
+    assert_eq!(m.str_array("tokenizer.ggml.merges").unwrap().len(), 5);
+
+    let orig = unmask_engine::model::TextTokenizer::from_file(&model.join("tokenizer.json")).unwrap();
+    let loaded = unmask_engine::model::load_model(&out).unwrap();
+    for text in ["hello world", "<|begin_of_text|>hello hello world<|eot_id|>", "world hello"] {
+        assert_eq!(loaded.tokenizer.encode(text).unwrap(), orig.encode(text).unwrap(), "{text:?}");
+    }
+    assert_eq!(loaded.template, unmask_engine::model::ChatTemplate::Llada);
+    assert_eq!(loaded.config().vocab, 256);
+    assert_eq!(loaded.path, out);
+}
