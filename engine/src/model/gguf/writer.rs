@@ -377,11 +377,11 @@ fn write_tokenizer_keys(w: &mut GgufWriter, cfg: &ModelConfig, path: &Path) -> R
                 .collect()
         })
         .unwrap_or_default();
-    let pre = match cfg.arch {
+    let pre = detect_pre(json.get("pre_tokenizer")).unwrap_or(match cfg.arch {
         Architecture::Llama | Architecture::Llada => "llama-bpe",
         Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 => "qwen2",
         Architecture::LladaMoe => "default",
-    };
+    });
     w.add_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
     w.add_kv("tokenizer.ggml.pre", GgufValue::String(pre.into()));
     w.add_kv("tokenizer.ggml.tokens", string_array(&strs));
@@ -396,4 +396,50 @@ fn write_tokenizer_keys(w: &mut GgufWriter, cfg: &ModelConfig, path: &Path) -> R
         }
     }
     Ok(())
+}
+
+/// llama.cpp's `tokenizer.ggml.pre` name for an HF pre-tokenizer we recognise (by its split regex).
+fn detect_pre(pre: Option<&Value>) -> Option<&'static str> {
+    let text = pre?.to_string();
+    // JSON-escaped regex fragments: Llama-3 groups digits by three, Qwen2 splits them singly.
+    if text.contains(r"\\p{N}{1,3}") {
+        Some("llama-bpe")
+    } else if text.contains(r"\\p{L}+|\\p{N}|") {
+        Some("qwen2")
+    } else if text.contains("\"Digits\"") && text.contains("\"ByteLevel\"") {
+        Some("smollm")
+    } else if text.contains("\"ByteLevel\"") && text.contains("\"use_regex\":true") {
+        Some("gpt-2")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pre_tokenizer_names_are_detected() {
+        let split = |re: &str| serde_json::json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]});
+        let llama3 = split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+");
+        let qwen = split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+");
+        let smol = serde_json::json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]});
+        let gpt2 = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+        assert_eq!(detect_pre(Some(&llama3)), Some("llama-bpe"));
+        assert_eq!(detect_pre(Some(&qwen)), Some("qwen2"));
+        assert_eq!(detect_pre(Some(&smol)), Some("smollm"));
+        assert_eq!(detect_pre(Some(&gpt2)), Some("gpt-2"));
+        assert_eq!(detect_pre(None), None);
+    }
+
+    #[test]
+    fn permutation_pairs_halves() {
+        // One head of 4 rows, 1 column: [r0, r1, r2, r3] -> [r0, r2, r1, r3].
+        assert_eq!(permute_rows_for_interleaved(&[0.0, 1.0, 2.0, 3.0], 1, 1), vec![0.0, 2.0, 1.0, 3.0]);
+    }
 }
