@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod chat;
 pub mod config;
+pub mod gguf;
 pub mod kv_cache;
 pub mod safetensors;
 pub mod tensor;
@@ -54,13 +55,14 @@ pub fn is_gguf(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false)
 }
 
-/// Loads config and weights only (no tokenizer): an HF directory.
+/// Loads config and weights only (no tokenizer): an HF directory or a `.gguf` file.
 pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     if !path.exists() {
         return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
     }
     if is_gguf(path) {
-        return Err(EngineError::config(path, "GGUF files are not readable yet"));
+        let file = gguf::GgufFile::open(path)?;
+        return load_gguf_transformer(&file);
     }
     let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
     let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
@@ -71,8 +73,44 @@ pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     Ok((Transformer::new(config, weights), bytes))
 }
 
-/// Loads a model directory (config, weights, tokenizer, generation defaults).
+/// Builds the transformer of an opened GGUF file (llama.cpp tensor names).
+pub fn load_gguf_transformer(file: &gguf::GgufFile) -> Result<(Transformer, u64)> {
+    let config = ModelConfig::from_gguf(file)?;
+    let weights = weights::ModelWeights::load(file, &arch::gguf_names::GgufNames, &config)?;
+    let bytes = crate::model::tensor::TensorSource::data_bytes(file);
+    Ok((Transformer::new(config, weights), bytes))
+}
+
+/// Loads a GGUF file with its embedded tokenizer and chat template.
+fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
+    if !path.exists() {
+        return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
+    }
+    let file = gguf::GgufFile::open(path)?;
+    let (transformer, file_bytes) = load_gguf_transformer(&file)?;
+    let tokenizer = gguf::tokenizer::tokenizer_from_gguf(&file)?;
+    if tokenizer.vocab_size() > transformer.config.vocab {
+        return Err(EngineError::Tokenizer {
+            path: path.to_owned(),
+            reason: format!("{} tokens, more than the model's vocab of {}", tokenizer.vocab_size(), transformer.config.vocab),
+        });
+    }
+    let template = gguf::tokenizer::chat_template_from_gguf(&file, transformer.config.arch);
+    Ok(LoadedModel {
+        path: path.to_owned(),
+        transformer,
+        tokenizer,
+        template,
+        generation: GenerationDefaults::default(),
+        file_bytes,
+    })
+}
+
+/// Loads a model directory (config, weights, tokenizer, generation defaults) or a `.gguf` file.
 pub fn load_model(path: &Path) -> Result<LoadedModel> {
+    if is_gguf(path) {
+        return load_gguf_model(path);
+    }
     let (transformer, file_bytes) = load_transformer(path)?;
     let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"))?;
