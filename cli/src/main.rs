@@ -92,6 +92,25 @@ enum ModelsAction {
         #[arg(long)]
         json: bool,
     },
+    /// Convert an HF-format model directory to GGUF with llama.cpp's names and keys.
+    Export {
+        #[command(flatten)]
+        model: ModelArg,
+        /// Output .gguf path.
+        out: std::path::PathBuf,
+        /// Weight type of the matrices.
+        #[arg(long, value_enum, default_value_t = ExportType::Q8_0)]
+        dtype: ExportType,
+    },
+}
+
+/// Weight types `models export` writes.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+#[allow(non_camel_case_types)]
+enum ExportType {
+    F32,
+    F16,
+    Q8_0,
 }
 
 fn main() -> ExitCode {
@@ -104,6 +123,7 @@ fn main() -> ExitCode {
         Command::Chat { model, decode, backend, output } => generate::run_chat(&model, &decode, &backend, &output),
         Command::Info { model, json } => generate::run_info(&model, json),
         Command::Models { action: ModelsAction::List { json } } => list_models(json),
+        Command::Models { action: ModelsAction::Export { model, out, dtype } } => export_model(&model, &out, dtype),
         Command::Bench { suites, quick, list, json } => run_bench(&suites, quick, list, json),
     };
     match result {
@@ -167,5 +187,19 @@ fn run_bench(suites: &[String], quick: bool, list: bool, json: bool) -> anyhow::
     if !status.success() {
         anyhow::bail!("benchmark harness exited with {status}");
     }
+    Ok(())
+}
+
+fn export_model(model: &ModelArg, out: &std::path::Path, dtype: ExportType) -> anyhow::Result<()> {
+    use unmask_engine::model::tensor::DType;
+    let dir = model_path::resolve(model.model.as_deref())?;
+    let dt = match dtype {
+        ExportType::F32 => DType::F32,
+        ExportType::F16 => DType::F16,
+        ExportType::Q8_0 => DType::Q8_0,
+    };
+    unmask_engine::model::gguf::export_gguf(&dir, out, dt)?;
+    let size = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    eprintln!("wrote {} ({:.1} MB)", out.display(), size as f64 / 1e6);
     Ok(())
 }
