@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use unmask_engine::backend::vnpu::calibrate::{calibrate, synthetic_transformer};
-use unmask_engine::backend::vnpu::replay::{llada_sm8750_comparison, replay_matrix, DecodeTrace, ModelPreset};
+use unmask_engine::backend::vnpu::replay::{llada_comparison, llada_sm8750_comparison, replay_matrix, ComparisonSettings, DecodeTrace, ModelPreset};
 use unmask_engine::backend::vnpu::DeviceProfile;
 use unmask_engine::model::load_transformer;
 
@@ -94,7 +94,17 @@ fn print_calibration_and_replay_numbers() {
     let synth = synthetic_transformer(&cfg, 7).unwrap();
     let r = calibrate(&synth, &host, &[16, 32, 64, 128], 256, 3).unwrap();
     println!("synthetic h512 L4: {}", serde_json::to_string_pretty(&r).unwrap());
-    let rows = llada_sm8750_comparison().unwrap();
+    cfg.hidden = 2048;
+    cfg.n_heads = 16;
+    cfg.n_kv_heads = 16;
+    cfg.ffn = 5632;
+    cfg.n_layers = 2;
+    let synth = synthetic_transformer(&cfg, 7).unwrap();
+    let r = calibrate(&synth, &host, &[16, 32, 64, 128], 256, 2).unwrap();
+    println!("synthetic h2048 L2: {}", serde_json::to_string_pretty(&r).unwrap());
+    let four = ComparisonSettings { steps_per_block: 8, ..ComparisonSettings::default() };
+    let mut rows = llada_sm8750_comparison().unwrap();
+    rows.extend(llada_comparison(&four, &[128, 256, 512]).unwrap());
     for r in &rows {
         println!(
             "answer {}: cpu {:.2}s {:.1}J | naive {:.2}s {:.1}J | runtime {:.2}s {:.1}J | llama3 AR {:.2}s {:.1}J | x{:.1} x{:.1} x{:.2} x{:.2}",

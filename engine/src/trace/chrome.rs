@@ -67,7 +67,7 @@ pub fn to_chrome_trace(t: &Timeline, power: &LanePower) -> Value {
 /// Total power (mW) after each event boundary: idle NPU power plus every lane busy at that moment.
 fn power_steps(t: &Timeline, p: &LanePower) -> Vec<(f64, f64)> {
     let mut edges: Vec<(f64, i32, Lane)> = Vec::with_capacity(2 * t.events.len());
-    for e in t.events.iter().filter(|e| e.dur_sim > 0.0) {
+    for e in t.events.iter().filter(|e| e.dur_sim > 0.0 && !e.is_summary()) {
         edges.push((e.start_sim, 1, e.lane));
         edges.push((e.start_sim + e.dur_sim, -1, e.lane));
     }

@@ -52,6 +52,17 @@ pub struct TraceEvent {
     pub bytes: u64,
 }
 
+impl TraceEvent {
+    /// Category of events that summarise others (a whole forward); they nest around the operator
+    /// events of their lane and are excluded from busy time and energy.
+    pub const SUMMARY: &'static str = "step";
+
+    /// Whether this event summarises nested events rather than being work itself.
+    pub fn is_summary(&self) -> bool {
+        self.category == Self::SUMMARY
+    }
+}
+
 /// A sampled value (memory footprint, ...) at a simulated time.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CounterSample {
@@ -93,7 +104,7 @@ impl Timeline {
     }
     /// Simulated busy seconds of a lane.
     pub fn busy_s(&self, lane: Lane) -> f64 {
-        self.events.iter().filter(|e| e.lane == lane).map(|e| e.dur_sim).sum()
+        self.events.iter().filter(|e| e.lane == lane && !e.is_summary()).map(|e| e.dur_sim).sum()
     }
     /// Lanes that carry events, sorted.
     pub fn lanes(&self) -> Vec<Lane> {

@@ -4,6 +4,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::memory::graph::{LayerGraph, MatrixDType, OpKind, Operator, Precision};
+
 use crate::trace::Lane;
 
 use super::profile::DeviceProfile;
@@ -39,6 +40,9 @@ pub struct ComputeTarget {
     pub launch_overhead_s: f64,
     /// Fixed cost per operator, seconds.
     pub per_op_overhead_s: f64,
+    /// Whether attention's QKᵀ/PV run on the matrix unit (NPU) or as vector dot loops (this engine's
+    /// CPU attention kernel is an online-softmax dot-product loop, not a GEMM).
+    pub attention_on_matrix_unit: bool,
     /// Power while busy, watts.
     pub active_w: f64,
     /// Power while idle, watts.
@@ -72,6 +76,7 @@ impl ComputeTarget {
             unmap_cost_s: n.unmap_cost_s.value,
             launch_overhead_s: n.launch_overhead_s.value,
             per_op_overhead_s: n.per_op_overhead_s.value,
+            attention_on_matrix_unit: true,
             active_w: n.active_w.value,
             idle_w: n.idle_w.value,
         })
@@ -102,6 +107,7 @@ impl ComputeTarget {
             unmap_cost_s: 0.0,
             launch_overhead_s: 0.0,
             per_op_overhead_s: c.per_op_overhead_s.value,
+            attention_on_matrix_unit: false,
             active_w: used.iter().map(|k| k.active_w_per_core.value).sum(),
             idle_w: c.idle_w.value,
         }
@@ -142,7 +148,7 @@ fn pad(x: usize, t: usize) -> usize {
 }
 
 /// Costs `op` of `graph` on `target`; buffer sizes come from the graph (so they follow its precision).
-pub fn op_cost(target: &ComputeTarget, graph: &LayerGraph, op: &Operator, precision: &Precision) -> OpCost {
+pub fn op_cost(target: &ComputeTarget, graph: &LayerGraph, op: &Operator) -> OpCost {
     let bytes: f64 = op.inputs.iter().chain(&op.outputs).map(|&b| graph.buffers[b].bytes as f64).sum();
     let (tm, tn, tk) = target.tile;
     let (compute_s, flops, padded) = match op.kind {
@@ -159,8 +165,13 @@ pub fn op_cost(target: &ComputeTarget, graph: &LayerGraph, op: &Operator, precis
             let padded = 4.0 * n_heads as f64 * (pq * pc) as f64 * pd as f64;
             let useful = 4.0 * n_heads as f64 * (q_rows * ctx) as f64 * head_dim as f64;
             let scores = (n_heads * pq * pc) as f64;
-            let rate = target.matrix_ops_per_s * target.matrix_efficiency_at(pq);
-            let t = padded / rate + 5.0 * scores / (target.vector_flops_per_s * target.vector_efficiency);
+            let vector_rate = target.vector_flops_per_s * target.vector_efficiency;
+            let rate = if target.attention_on_matrix_unit {
+                target.matrix_ops_per_s * target.matrix_efficiency_at(pq)
+            } else {
+                vector_rate
+            };
+            let t = padded / rate + 5.0 * scores / vector_rate;
             (t, useful + 5.0 * (n_heads * q_rows * ctx) as f64, padded + 5.0 * scores)
         }
         OpKind::Vector { elems, flops_per_elem } => {
@@ -168,7 +179,6 @@ pub fn op_cost(target: &ComputeTarget, graph: &LayerGraph, op: &Operator, precis
             (f / (target.vector_flops_per_s * target.vector_efficiency), f, f)
         }
     };
-    let _ = precision;
     let memory_s = bytes / target.mem_bytes_per_s;
     let overhead_s = target.per_op_overhead_s;
     OpCost { compute_s, memory_s, overhead_s, time_s: compute_s.max(memory_s) + overhead_s, flops, padded_flops: padded, dram_bytes: bytes }
@@ -272,7 +282,7 @@ mod tests {
         let cfg = crate::memory::plan_test_config();
         let g = LayerGraph::build(&cfg, crate::memory::StepShape { tokens: 33, context: 64, logit_rows: 1 }, &prec);
         let op = g.ops.iter().find(|o| o.name == "l0.wq").unwrap();
-        let c = op_cost(&t, &g, op, &prec);
+        let c = op_cost(&t, &g, op);
         assert!(c.padded_flops > c.flops * 1.8, "33 rows pad to 64: {} vs {}", c.padded_flops, c.flops);
     }
 }

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::memory::graph::{Precision, StepShape};
 use crate::memory::plan::{MemoryPlan, PlacementPolicy};
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
-use crate::trace::{Lane, LanePower, Timeline, TraceEvent};
+use crate::trace::{LanePower, Timeline, TraceEvent};
 
 pub use cost::{op_cost, ComputeTarget, OpCost, ShapeBucket, ShapeBuckets};
 pub use profile::{Cited, CoreCluster, CpuSpec, DeviceProfile, MemorySpec, NpuSpec};
@@ -185,7 +185,7 @@ impl VirtualNpu {
         self.timeline.push(TraceEvent {
             lane,
             name: format!("forward {} tok (bucket {})", step.tokens, step.padded_tokens),
-            category: "step".into(),
+            category: TraceEvent::SUMMARY.into(),
             start_sim: t0,
             dur_sim: step.time_s,
             wall_start,
@@ -259,6 +259,3 @@ impl Backend for VirtualNpu {
         Some(CostProfile { token_buckets: self.shape_buckets().tokens.clone(), launch_overhead_s: launch })
     }
 }
-
-/// Lane of the host core that drives the device (launches, map calls).
-pub const HOST_LANE: Lane = Lane::Cpu(0);

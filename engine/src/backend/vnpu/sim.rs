@@ -163,8 +163,7 @@ impl StepSimulator {
 
     fn simulate_launch(&self, bucket: ShapeBucket, logit_rows: usize) -> Result<LaunchSim> {
         let (graph, plan) = self.plan_for(bucket, logit_rows)?;
-        let p = &self.options.precision;
-        let costs: Vec<OpCost> = graph.ops.iter().map(|op| op_cost(&self.target, &graph, op, p)).collect();
+        let costs: Vec<OpCost> = graph.ops.iter().map(|op| op_cost(&self.target, &graph, op)).collect();
         Ok(schedule(&graph, &plan, &costs, &self.target, &self.options, &self.power, bucket, logit_rows))
     }
 }
