@@ -97,12 +97,10 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
     let mut weights: Vec<usize> = (0..n).filter(|&b| is(b, BufferClass::Weight) && life[b].is_some()).collect();
     weights.sort_by_key(|&b| life[b].map(|l| l.0).unwrap_or(0));
     let wsize = |b: usize| align_up(graph.buffers[b].bytes, PAGE);
-    let mut resident = vec![false; n];
-    for b in 0..n {
-        if is(b, BufferClass::KvCache) || (is(b, BufferClass::Activation) && policy == PlacementPolicy::SwapOptimized) {
-            resident[b] = true;
-        }
-    }
+    // KV cache always resident; packed activations live in the (resident) arena.
+    let mut resident: Vec<bool> = (0..n)
+        .map(|b| is(b, BufferClass::KvCache) || (is(b, BufferClass::Activation) && policy == PlacementPolicy::SwapOptimized))
+        .collect();
     let (slot, slots) = match policy {
         PlacementPolicy::Naive => {
             // Reserve a window for the largest weight, then keep weights in order of first use.

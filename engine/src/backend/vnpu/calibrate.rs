@@ -34,6 +34,10 @@ pub struct CalibrationPoint {
     pub predicted_s: f64,
     /// `(predicted - measured) / measured`.
     pub rel_error: f64,
+    /// Prediction with the matrix rate replaced by the GEMM rate measured in the same run, seconds.
+    pub probe_adjusted_s: f64,
+    /// `(probe_adjusted - measured) / measured`: the cost model's structural error on a busy machine.
+    pub probe_adjusted_rel_error: f64,
 }
 
 /// Measured vs predicted step times for one profile.
@@ -47,8 +51,15 @@ pub struct CalibrationReport {
     pub points: Vec<CalibrationPoint>,
     /// Mean of |rel_error|.
     pub mean_abs_rel_error: f64,
+    /// Mean of |probe_adjusted_rel_error|.
+    pub mean_abs_probe_adjusted_error: f64,
     /// Geometric mean of measured / predicted: multiply predictions by this to match the machine.
     pub time_scale: f64,
+    /// GEMM rate measured in the same run (128×1024×1024 f32 `Linear::forward`), GFLOP/s: separates
+    /// cost-model error from a machine that is busy with other work.
+    pub probe_gemm_gflops: f64,
+    /// The rate the profile assumes for that same GEMM, GFLOP/s.
+    pub model_gemm_gflops: f64,
 }
 
 /// The precision this engine's CPU path runs a model at: f32 arithmetic, weights as stored.
@@ -70,6 +81,7 @@ pub fn calibrate(model: &Transformer, profile: &DeviceProfile, block_sizes: &[us
     let cfg = &model.config;
     let precision = engine_precision(model);
     let target = ComputeTarget::cpu(profile, threads, &precision);
+    let (probe_gemm_gflops, model_gemm_gflops) = gemm_probe(&target);
     let options = SimOptions {
         precision,
         placement: PlacementPolicy::SwapOptimized,
@@ -78,7 +90,10 @@ pub fn calibrate(model: &Transformer, profile: &DeviceProfile, block_sizes: &[us
         budget_bytes: u64::MAX,
         buckets: ShapeBuckets::dynamic(),
     };
-    let mut sim = StepSimulator::new(cfg.clone(), target, options, LanePower::from_profile(profile));
+    let mut probed = target.clone();
+    probed.matrix_ops_per_s *= probe_gemm_gflops / model_gemm_gflops;
+    let mut sim = StepSimulator::new(cfg.clone(), target, options.clone(), LanePower::from_profile(profile));
+    let mut sim_probed = StepSimulator::new(cfg.clone(), probed, options, LanePower::from_profile(profile));
     let token = cfg.mask_token_id.unwrap_or(0).min(cfg.vocab.saturating_sub(1) as u32);
     let mut points = Vec::new();
     for &b in block_sizes {
@@ -103,13 +118,52 @@ pub fn calibrate(model: &Transformer, profile: &DeviceProfile, block_sizes: &[us
             model.forward(&req, Some(&mut cache))?;
             best = best.min(t0.elapsed().as_secs_f64());
         }
-        let predicted = sim.simulate(StepShape { tokens: b, context: pre + b, logit_rows: b })?.time_s;
-        points.push(CalibrationPoint { tokens: b, context: pre + b, measured_s: best, predicted_s: predicted, rel_error: (predicted - best) / best });
+        let shape = StepShape { tokens: b, context: pre + b, logit_rows: b };
+        let predicted = sim.simulate(shape)?.time_s;
+        let adjusted = sim_probed.simulate(shape)?.time_s;
+        points.push(CalibrationPoint {
+            tokens: b,
+            context: pre + b,
+            measured_s: best,
+            predicted_s: predicted,
+            rel_error: (predicted - best) / best,
+            probe_adjusted_s: adjusted,
+            probe_adjusted_rel_error: (adjusted - best) / best,
+        });
     }
     let n = points.len().max(1) as f64;
     let mean_abs_rel_error = points.iter().map(|p| p.rel_error.abs()).sum::<f64>() / n;
+    let mean_abs_probe_adjusted_error = points.iter().map(|p| p.probe_adjusted_rel_error.abs()).sum::<f64>() / n;
     let time_scale = (points.iter().map(|p| (p.measured_s / p.predicted_s).ln()).sum::<f64>() / n).exp();
-    Ok(CalibrationReport { profile: profile.name.clone(), threads, points, mean_abs_rel_error, time_scale })
+    Ok(CalibrationReport {
+        profile: profile.name.clone(),
+        threads,
+        points,
+        mean_abs_rel_error,
+        mean_abs_probe_adjusted_error,
+        time_scale,
+        probe_gemm_gflops,
+        model_gemm_gflops,
+    })
+}
+
+/// Measured and modelled GEMM rate for one 128×1024×1024 f32 product (best of 3 after a warm-up).
+fn gemm_probe(target: &ComputeTarget) -> (f64, f64) {
+    const M: usize = 128;
+    const K: usize = 1024;
+    let w: Vec<f32> = (0..K * K).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
+    let lin = Linear::from_f32("probe", K, K, w);
+    let x: Vec<f32> = (0..M * K).map(|i| ((i % 31) as f32 - 15.0) / 31.0).collect();
+    let mut y = vec![0.0f32; M * K];
+    lin.forward(&x, M, &mut y);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        lin.forward(&x, M, &mut y);
+        best = best.min(t0.elapsed().as_secs_f64());
+    }
+    let flops = 2.0 * (M * K * K) as f64;
+    (flops / best / 1e9, target.matrix_ops_per_s * target.matrix_efficiency_at(M) / 1e9)
 }
 
 /// A transformer of `cfg`'s shape with random f32 weights (for calibration without a checkpoint).

@@ -226,7 +226,8 @@ impl DeviceProfile {
                 ("dma_gbps", n.dma_gbps.value),
                 ("dram_read_gbps", n.dram_read_gbps.value),
             ];
-            if let Some((f, v)) = positive.iter().find(|(_, v)| !(*v > 0.0)) {
+            // `is_nan` catches NaN, which a plain `<= 0.0` test would let through.
+            if let Some((f, v)) = positive.iter().find(|(_, v)| v.is_nan() || *v <= 0.0) {
                 return bad(format!("`{f}` must be positive, found {v}"));
             }
             if n.tile_m.value == 0 || n.tile_n.value == 0 || n.tile_k.value == 0 {
