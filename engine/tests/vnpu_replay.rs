@@ -37,15 +37,15 @@ fn comparison_returns_positive_simulated_numbers() {
     assert_eq!(rows.iter().map(|r| r.answer_tokens).collect::<Vec<_>>(), vec![128, 256, 512]);
     for r in &rows {
         for x in [&r.cpu_prefix_kv, &r.npu_naive, &r.npu_memory_runtime, &r.llama3_ar_npu] {
-            assert!(x.latency_s > 0.0 && x.latency_s.is_finite() && x.energy_j > 0.0, "{x:?}");
+            assert!(x.simulated_latency_s > 0.0 && x.simulated_latency_s.is_finite() && x.simulated_energy_j > 0.0, "{x:?}");
         }
-        assert!(r.npu_memory_runtime.latency_s <= r.npu_naive.latency_s, "{r:?}");
-        assert!(r.npu_memory_runtime.latency_s < r.cpu_prefix_kv.latency_s, "{r:?}");
+        assert!(r.npu_memory_runtime.simulated_latency_s <= r.npu_naive.simulated_latency_s, "{r:?}");
+        assert!(r.npu_memory_runtime.simulated_latency_s < r.cpu_prefix_kv.simulated_latency_s, "{r:?}");
         assert!(r.npu_naive.map_calls > 0 && r.npu_memory_runtime.map_calls == 0);
         assert!(r.npu_memory_runtime.overlap_s > 0.0);
         assert!(r.npu_naive.padded_tokens > r.npu_naive.tokens, "the 100-token prompt pads to 128");
     }
-    assert!(rows[2].npu_memory_runtime.latency_s > rows[0].npu_memory_runtime.latency_s);
+    assert!(rows[2].npu_memory_runtime.simulated_latency_s > rows[0].npu_memory_runtime.simulated_latency_s);
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn replay_matrix_covers_every_profile_and_preset() {
     let npu_profiles = DeviceProfile::list_builtin().iter().filter(|n| DeviceProfile::builtin(n).unwrap().has_npu()).count();
     let profiles = DeviceProfile::list_builtin().len();
     assert_eq!(rows.len(), 3 * (npu_profiles + profiles));
-    assert!(rows.iter().all(|r| r.latency_s > 0.0 && r.energy_j > 0.0));
+    assert!(rows.iter().all(|r| r.simulated_latency_s > 0.0 && r.simulated_energy_j > 0.0));
 }
 
 #[test]
@@ -109,15 +109,28 @@ fn print_calibration_and_replay_numbers() {
         println!(
             "answer {}: cpu {:.2}s {:.1}J | naive {:.2}s {:.1}J | runtime {:.2}s {:.1}J | llama3 AR {:.2}s {:.1}J | x{:.1} x{:.1} x{:.2} x{:.2}",
             r.answer_tokens,
-            r.cpu_prefix_kv.latency_s, r.cpu_prefix_kv.energy_j,
-            r.npu_naive.latency_s, r.npu_naive.energy_j,
-            r.npu_memory_runtime.latency_s, r.npu_memory_runtime.energy_j,
-            r.llama3_ar_npu.latency_s, r.llama3_ar_npu.energy_j,
+            r.cpu_prefix_kv.simulated_latency_s, r.cpu_prefix_kv.simulated_energy_j,
+            r.npu_naive.simulated_latency_s, r.npu_naive.simulated_energy_j,
+            r.npu_memory_runtime.simulated_latency_s, r.npu_memory_runtime.simulated_energy_j,
+            r.llama3_ar_npu.simulated_latency_s, r.llama3_ar_npu.simulated_energy_j,
             r.speedup_naive_vs_cpu, r.speedup_runtime_vs_cpu, r.speedup_runtime_vs_naive, r.speedup_runtime_vs_ar
+        );
+    }
+    let g = unmask_engine::memory::LayerGraph::build(
+        &ModelPreset::Llada8B.config(),
+        unmask_engine::memory::StepShape { tokens: 32, context: 1024, logit_rows: 32 },
+        &unmask_engine::memory::Precision::npu_w4a16(),
+    );
+    for policy in [unmask_engine::memory::PlacementPolicy::Naive, unmask_engine::memory::PlacementPolicy::SwapOptimized] {
+        let p = unmask_engine::memory::plan_memory(&g, 3 * (1 << 30) + 3 * (1 << 28), policy).unwrap();
+        println!(
+            "LLaDA-8B plan {policy:?}: peak {} act {} kv {} resident weights {} slot {}x{} streamed/step {} remaps/step {} map calls/step {}",
+            p.peak_resident_bytes, p.activation_bytes, p.kv_bytes, p.resident_weight_bytes, p.staging_slots,
+            p.staging_slot_bytes, p.streamed_bytes_per_step, p.remaps_per_step, p.map_calls_per_step
         );
     }
     let trace = DecodeTrace::block_decoding(100, 128, 32, 32);
     for r in replay_matrix(&trace).unwrap() {
-        println!("{:<14} {:<11} {:<22} {:>8.2}s {:>8.1}J {:>7.1} tok/s", r.device, r.model, r.setup, r.latency_s, r.energy_j, r.tokens_per_s);
+        println!("{:<14} {:<11} {:<22} {:>8.2}s {:>8.1}J {:>7.1} tok/s", r.device, r.model, r.setup, r.simulated_latency_s, r.simulated_energy_j, r.tokens_per_s);
     }
 }

@@ -160,10 +160,10 @@ pub struct ReplayResult {
     /// Answer tokens.
     pub answer_tokens: usize,
     /// Simulated latency, seconds.
-    pub latency_s: f64,
+    pub simulated_latency_s: f64,
     /// Simulated energy, joules.
-    pub energy_j: f64,
-    /// Answer tokens per simulated second.
+    pub simulated_energy_j: f64,
+    /// Answer tokens per simulated second (simulated throughput).
     pub tokens_per_s: f64,
     /// Tokens forwarded.
     pub tokens: usize,
@@ -189,8 +189,8 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
         setup: setup.to_owned(),
         steps: trace.steps.len(),
         answer_tokens: trace.answer_tokens,
-        latency_s: 0.0,
-        energy_j: 0.0,
+        simulated_latency_s: 0.0,
+        simulated_energy_j: 0.0,
         tokens_per_s: 0.0,
         tokens: 0,
         padded_tokens: 0,
@@ -205,8 +205,8 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
             continue;
         }
         let step = sim.simulate(StepShape { tokens: s.tokens, context: s.context, logit_rows: s.logit_rows })?;
-        r.latency_s += step.time_s;
-        r.energy_j += step.energy_j;
+        r.simulated_latency_s += step.time_s;
+        r.simulated_energy_j += step.energy_j;
         r.tokens += step.tokens;
         r.padded_tokens += step.padded_tokens;
         for l in &step.launches {
@@ -217,7 +217,7 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
             r.overlap_s += l.overlap_s;
         }
     }
-    r.tokens_per_s = if r.latency_s > 0.0 { r.answer_tokens as f64 / r.latency_s } else { 0.0 };
+    r.tokens_per_s = if r.simulated_latency_s > 0.0 { r.answer_tokens as f64 / r.simulated_latency_s } else { 0.0 };
     Ok(r)
 }
 
@@ -334,10 +334,10 @@ pub fn llada_comparison(settings: &ComparisonSettings, answer_lengths: &[usize])
         let d = replay(&ar, &mut simulator_for(&llama, &profile, &npu_config(PlacementPolicy::SwapOptimized))?, &profile.name, "npu memory runtime, AR")?;
         rows.push(ComparisonRow {
             answer_tokens: answer,
-            speedup_naive_vs_cpu: a.latency_s / b.latency_s,
-            speedup_runtime_vs_cpu: a.latency_s / c.latency_s,
-            speedup_runtime_vs_naive: b.latency_s / c.latency_s,
-            speedup_runtime_vs_ar: d.latency_s / c.latency_s,
+            speedup_naive_vs_cpu: a.simulated_latency_s / b.simulated_latency_s,
+            speedup_runtime_vs_cpu: a.simulated_latency_s / c.simulated_latency_s,
+            speedup_runtime_vs_naive: b.simulated_latency_s / c.simulated_latency_s,
+            speedup_runtime_vs_ar: d.simulated_latency_s / c.simulated_latency_s,
             cpu_prefix_kv: a,
             npu_naive: b,
             npu_memory_runtime: c,
