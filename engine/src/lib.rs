@@ -7,7 +7,9 @@ pub mod backend;
 pub mod decode;
 pub mod error;
 pub mod kernels;
+pub mod memory;
 pub mod model;
 pub mod threads;
+pub mod trace;
 
 pub use error::{EngineError, Result};

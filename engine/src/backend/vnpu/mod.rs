@@ -1,0 +1,261 @@
+//! The virtual NPU: a [`Backend`] that runs the real forward on this machine's CPU (outputs identical
+//! to [`crate::backend::cpu::CpuBackend`]) while enforcing a phone NPU's rules (static shape buckets,
+//! a bounded NPU-visible address space) and accounting the **simulated** time and energy the forward
+//! would take on the device described by a [`DeviceProfile`].
+//!
+//! Every time this module reports as `simulated_*` is device time predicted by the cost model, not
+//! measured; `wall_*` is measured here.
+
+pub mod calibrate;
+pub mod cost;
+pub mod profile;
+pub mod replay;
+pub mod sim;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{Backend, CostProfile, ForwardStats};
+use crate::error::Result;
+use crate::memory::graph::{Precision, StepShape};
+use crate::memory::plan::{MemoryPlan, PlacementPolicy};
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
+use crate::trace::{LanePower, Timeline, TraceEvent};
+
+pub use cost::{op_cost, ComputeTarget, OpCost, ShapeBucket, ShapeBuckets};
+pub use profile::{Cited, CoreCluster, CpuSpec, DeviceProfile, MemorySpec, NpuSpec};
+pub use sim::{LaunchSim, LogitRows, SimOptions, SimulatedStep, StepSimulator};
+
+/// How the virtual NPU maps a model onto the device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VnpuConfig {
+    /// Storage/compute formats on the device.
+    pub precision: Precision,
+    /// Memory placement policy.
+    pub placement: PlacementPolicy,
+    /// Which rows go through the LM head.
+    pub logits: LogitRows,
+    /// Layers per compiled graph (each graph is one launch).
+    pub layers_per_graph: usize,
+    /// NPU-visible budget; `None` = one session of the profile.
+    pub budget_bytes: Option<u64>,
+    /// Token buckets overriding the profile's.
+    pub token_buckets: Option<Vec<usize>>,
+    /// Context buckets overriding the profile's.
+    pub context_buckets: Option<Vec<usize>>,
+    /// Record per-operator events into the timeline.
+    pub record_trace: bool,
+}
+
+impl Default for VnpuConfig {
+    fn default() -> Self {
+        VnpuConfig {
+            precision: Precision::npu_w4a16(),
+            placement: PlacementPolicy::SwapOptimized,
+            logits: LogitRows::RequestedRows,
+            layers_per_graph: 1,
+            budget_bytes: None,
+            token_buckets: None,
+            context_buckets: None,
+            record_trace: true,
+        }
+    }
+}
+
+impl VnpuConfig {
+    /// The simulator options this config implies on `profile`.
+    pub fn sim_options(&self, profile: &DeviceProfile) -> SimOptions {
+        let base = ShapeBuckets::from_profile(profile);
+        let buckets = ShapeBuckets::new(
+            self.token_buckets.clone().unwrap_or(base.tokens),
+            self.context_buckets.clone().unwrap_or(base.context),
+        );
+        let session = profile.npu.as_ref().map_or(u64::MAX, |n| n.session_va_bytes.value);
+        SimOptions {
+            precision: self.precision,
+            placement: self.placement,
+            logits: self.logits,
+            layers_per_graph: self.layers_per_graph.max(1),
+            budget_bytes: self.budget_bytes.unwrap_or(session),
+            buckets,
+        }
+    }
+}
+
+/// A simulator for `cfg` on `profile`'s NPU (or, for CPU-only profiles, on all its CPU cores).
+pub fn simulator_for(cfg: &ModelConfig, profile: &DeviceProfile, config: &VnpuConfig) -> Result<StepSimulator> {
+    let target = if profile.has_npu() {
+        ComputeTarget::npu(profile, &config.precision)?
+    } else {
+        ComputeTarget::cpu(profile, profile.cpu.total_cores(), &config.precision)
+    };
+    Ok(StepSimulator::new(cfg.clone(), target, config.sim_options(profile), LanePower::from_profile(profile)))
+}
+
+/// Totals over every forward run so far (simulated device time and energy, measured wall time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct VnpuTotals {
+    /// Forwards run.
+    pub forwards: usize,
+    /// Simulated device seconds.
+    pub simulated_s: f64,
+    /// Simulated joules.
+    pub energy_j: f64,
+    /// Measured wall seconds of the real forwards.
+    pub wall_s: f64,
+    /// Tokens asked for.
+    pub tokens: usize,
+    /// Tokens after bucket padding.
+    pub padded_tokens: usize,
+}
+
+/// The virtual NPU backend.
+pub struct VirtualNpu {
+    model: Arc<Transformer>,
+    profile: DeviceProfile,
+    config: VnpuConfig,
+    sim: StepSimulator,
+    timeline: Timeline,
+    totals: VnpuTotals,
+    origin: Instant,
+}
+
+impl VirtualNpu {
+    /// Wraps a loaded transformer for simulation on `profile`.
+    pub fn new(model: Arc<Transformer>, profile: DeviceProfile, config: VnpuConfig) -> Result<Self> {
+        crate::threads::init(0);
+        let sim = simulator_for(&model.config, &profile, &config)?;
+        let timeline = Timeline::new(profile.display_name.clone());
+        Ok(VirtualNpu { model, profile, config, sim, timeline, totals: VnpuTotals::default(), origin: Instant::now() })
+    }
+    /// The device profile.
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+    /// The configuration.
+    pub fn vnpu_config(&self) -> &VnpuConfig {
+        &self.config
+    }
+    /// Shape buckets in force.
+    pub fn shape_buckets(&self) -> &ShapeBuckets {
+        &self.sim.options().buckets
+    }
+    /// Events recorded so far (simulated device time).
+    pub fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+    /// Totals over all forwards.
+    pub fn totals(&self) -> VnpuTotals {
+        self.totals
+    }
+    /// The timeline as Chrome trace / Perfetto JSON.
+    pub fn chrome_trace(&self) -> serde_json::Value {
+        crate::trace::to_chrome_trace(&self.timeline, &LanePower::from_profile(&self.profile))
+    }
+    /// The memory plan a forward of this shape would use.
+    pub fn memory_plan(&self, tokens: usize, context: usize, logit_rows: usize) -> Result<MemoryPlan> {
+        let b = self.sim.options().buckets.fit(tokens, context)?;
+        let first = b.first().copied().unwrap_or(ShapeBucket { tokens, context });
+        Ok(self.sim.plan_for(first, logit_rows)?.1)
+    }
+    /// One-off simulated start-up: power-up plus loading one cached context binary per graph and
+    /// token bucket (compile time is offline and reported in the profile, not charged).
+    pub fn simulated_startup_s(&self) -> f64 {
+        let Some(n) = &self.profile.npu else { return 0.0 };
+        let graphs = self.graphs_per_forward() * self.shape_buckets().tokens.len().max(1);
+        n.power_up_s.value + graphs as f64 * n.graph_load_s.value
+    }
+    fn graphs_per_forward(&self) -> usize {
+        self.model.config.n_layers.div_ceil(self.sim.options().layers_per_graph) + 1
+    }
+    fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
+        let block: HashSet<usize> = req.positions.iter().copied().collect();
+        let cached = match (cache, req.kv) {
+            (Some(c), KvMode::Read | KvMode::ReadWrite) => c.valid_positions().into_iter().filter(|p| !block.contains(p)).count(),
+            _ => 0,
+        };
+        cached + req.tokens.len()
+    }
+    fn record(&mut self, step: &SimulatedStep, wall_start: f64, wall_s: f64) {
+        let t0 = self.timeline.end_sim();
+        let scale = if step.time_s > 0.0 { wall_s / step.time_s } else { 0.0 };
+        let mut offset = 0.0;
+        let lane = self.sim.target().lane;
+        self.timeline.push(TraceEvent {
+            lane,
+            name: format!("forward {} tok (bucket {})", step.tokens, step.padded_tokens),
+            category: TraceEvent::SUMMARY.into(),
+            start_sim: t0,
+            dur_sim: step.time_s,
+            wall_start,
+            wall_dur: wall_s,
+            bytes: 0,
+        });
+        for l in &step.launches {
+            self.timeline.push_counter("npu_visible_bytes", t0 + offset, l.peak_resident_bytes as f64);
+            if self.config.record_trace {
+                for e in &l.events {
+                    let mut e = e.clone();
+                    // Per-op wall time is not measured (the real forward runs as one call): apportion
+                    // the measured wall time of the forward by simulated share.
+                    e.wall_start = wall_start + (offset + e.start_sim) * scale;
+                    e.wall_dur = e.dur_sim * scale;
+                    e.start_sim += t0 + offset;
+                    self.timeline.push(e);
+                }
+            }
+            offset += l.time_s;
+        }
+    }
+}
+
+impl Backend for VirtualNpu {
+    fn name(&self) -> String {
+        format!("vnpu:{}", self.profile.name)
+    }
+    fn config(&self) -> &ModelConfig {
+        &self.model.config
+    }
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        self.model.new_cache(capacity)
+    }
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
+        let n = req.tokens.len();
+        let shape = StepShape { tokens: n, context: Self::context_of(req, cache.as_deref()), logit_rows: req.logits_rows.len() };
+        // Check the device's rules before running: a shape without a graph or a plan that does not
+        // fit the NPU-visible space fails here, as it would on the phone.
+        let step = if n > 0 { Some(self.sim.simulate(shape)?) } else { None };
+        let wall_start = self.origin.elapsed().as_secs_f64();
+        let t0 = Instant::now();
+        let out = self.model.forward(req, cache)?;
+        let wall_s = t0.elapsed().as_secs_f64();
+        let (sim_s, energy, padded) = match &step {
+            Some(s) => {
+                self.record(s, wall_start, wall_s);
+                (s.time_s, s.energy_j, s.padded_tokens)
+            }
+            None => (0.0, 0.0, 0),
+        };
+        self.totals.forwards += 1;
+        self.totals.simulated_s += sim_s;
+        self.totals.energy_j += energy;
+        self.totals.wall_s += wall_s;
+        self.totals.tokens += n;
+        self.totals.padded_tokens += padded;
+        let stats = ForwardStats {
+            wall_s,
+            simulated_s: Some(sim_s),
+            energy_j: Some(energy),
+            tokens: n,
+            padded_tokens: padded,
+            flops: out.flops,
+        };
+        Ok((out, stats))
+    }
+    fn cost_profile(&self) -> Option<CostProfile> {
+        // Launch overhead per forward = one execute per graph partition.
+        let launch = self.sim.target().launch_overhead_s * self.graphs_per_forward() as f64;
+        Some(CostProfile { token_buckets: self.shape_buckets().tokens.clone(), launch_overhead_s: launch })
+    }
+}

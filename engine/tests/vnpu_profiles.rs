@@ -1,0 +1,53 @@
+//! Device profiles: all built-ins load, every number has a source, files round-trip.
+
+use std::path::Path;
+
+use unmask_engine::backend::vnpu::DeviceProfile;
+
+#[test]
+fn builtin_profiles_are_complete_and_cited() {
+    let names = DeviceProfile::list_builtin();
+    for want in ["sm8650", "sm8750", "sm8850", "dimensity9400", "kirin9010", "generic", "host-cpu"] {
+        assert!(names.contains(&want), "missing {want}");
+    }
+    for name in names {
+        let p = DeviceProfile::builtin(name).unwrap();
+        assert_eq!(p.name, name);
+        let sources = p.sources();
+        assert!(sources.len() > 10, "{name}: {} cited fields", sources.len());
+        for (field, src) in sources {
+            assert!(!src.trim().is_empty(), "{name}.{field} has no source");
+        }
+        assert_eq!(p.has_npu(), name != "host-cpu");
+    }
+}
+
+#[test]
+fn profiles_load_from_a_path_and_round_trip() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+    let from_file = DeviceProfile::from_path(&dir.join("sm8850.json")).unwrap();
+    assert_eq!(from_file, DeviceProfile::builtin("SM8850").unwrap());
+    let json = serde_json::to_string(&from_file).unwrap();
+    let back = DeviceProfile::from_json_str(&json, Path::new("mem")).unwrap();
+    assert_eq!(back, from_file);
+}
+
+#[test]
+fn unknown_profile_and_missing_source_are_errors() {
+    assert!(DeviceProfile::builtin("sm9999").is_err());
+    let mut v: serde_json::Value = serde_json::to_value(DeviceProfile::builtin("generic").unwrap()).unwrap();
+    v["memory"]["dram_gbps"]["source"] = serde_json::json!("");
+    assert!(DeviceProfile::from_json_str(&v.to_string(), Path::new("mem")).is_err());
+}
+
+#[test]
+fn published_figures_are_the_cited_ones() {
+    let p = DeviceProfile::builtin("sm8650").unwrap();
+    let n = p.npu.as_ref().unwrap();
+    assert_eq!(n.tile_m.value, 32);
+    assert_eq!(n.vtcm_bytes.value, 8 << 20);
+    assert_eq!(n.launch_overhead_s.value, 160e-6);
+    assert_eq!(n.session_va_bytes.value, 3 * (1 << 30) + 3 * (1 << 28));
+    assert_eq!(DeviceProfile::builtin("sm8850").unwrap().npu.unwrap().int8_tops.value, 89.4);
+    assert_eq!(DeviceProfile::builtin("host-cpu").unwrap().memory.dram_gbps.value, 11.0);
+}
