@@ -52,9 +52,13 @@ fn make_backend(kind: &BackendArgs, t: Arc<Transformer>) -> Result<Box<dyn Backe
     }
 }
 
-/// The virtual NPU backend for a device profile.
-pub fn vnpu_backend(_t: Arc<Transformer>, device: &str) -> Result<Box<dyn Backend>> {
-    anyhow::bail!("the virtual NPU backend (device {device}) is not part of this build yet")
+/// The virtual NPU backend for a device profile (real math on the CPU, simulated NPU time).
+pub fn vnpu_backend(t: Arc<Transformer>, device: &str) -> Result<Box<dyn Backend>> {
+    use unmask_engine::backend::vnpu::{profile::DeviceProfile, VirtualNpu, VnpuConfig};
+    let profile = DeviceProfile::builtin(&device.to_lowercase()).with_context(|| {
+        format!("unknown device `{device}` (built-in profiles: {})", DeviceProfile::list_builtin().join(", "))
+    })?;
+    Ok(Box::new(VirtualNpu::new(t, profile, VnpuConfig::default())?))
 }
 
 struct Session {
