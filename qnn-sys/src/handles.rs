@@ -88,7 +88,15 @@ impl Backend {
         // SAFETY: out-pointer is valid for one Qnn_ApiVersion_t.
         let ret = unsafe { get(&mut v) };
         if check("backendGetApiVersion", ret).is_ok() {
-            tracing::debug!(core = %fmt_version(&v.coreApiVersion), "backend API version");
+            let listed = self.inner.lib.api_version.coreApiVersion;
+            if v.coreApiVersion != listed {
+                // Reported by some vendor builds; the provider struct decides which slots we read.
+                tracing::warn!(
+                    provider = %fmt_version(&listed),
+                    backend = %fmt_version(&v.coreApiVersion),
+                    "backendGetApiVersion disagrees with the provider's API version"
+                );
+            }
         }
     }
 

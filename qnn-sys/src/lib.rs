@@ -17,6 +17,7 @@ pub mod loader;
 pub mod log;
 pub mod mem;
 pub mod ops;
+pub mod power;
 pub mod tensor;
 
 pub use cache::{fingerprint, CacheOutcome, CachedContext, ContextCache, Sidecar};
@@ -28,4 +29,5 @@ pub use log::LogLevel;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub use mem::MemfdAllocator;
 pub use mem::{RegisteredBuffer, RpcMemAllocator, SharedBuffer, SharedMemoryAllocator};
+pub use power::{PowerProfile, PowerVote};
 pub use tensor::{DType, Quant, TensorKind, TensorMeta, TensorSpec};

@@ -138,6 +138,16 @@ impl TensorSpec {
         Self { name: name.into(), dtype, dims: dims.to_vec(), quant: Quant::None }
     }
 
+    /// From engine-style `usize` dims; fails if a dim does not fit QNN's `u32`.
+    pub fn from_usize_dims(name: impl Into<String>, dtype: DType, dims: &[usize]) -> Result<Self> {
+        let name = name.into();
+        let dims = dims
+            .iter()
+            .map(|&d| u32::try_from(d).map_err(|_| QnnError::InvalidArgument(format!("tensor {name:?}: dim {d} exceeds u32"))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { name, dtype, dims, quant: Quant::None })
+    }
+
     /// Adds per-tensor quantization.
     pub fn quantized(mut self, scale: f32, offset: i32) -> Self {
         self.quant = Quant::PerTensor { scale, offset };

@@ -115,6 +115,7 @@ fn mlp_matches_reference_and_calls_are_ordered() {
         let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
         assert_eq!(backend.build_id().expect("build id"), "qnn-mock 0.1");
         let device = backend.create_device(&DeviceConfig { soc_model: Some(57), arch: Some(75) }).expect("device");
+        let vote = device.set_power_profile(PowerProfile::Burst).expect("burst");
         let ctx = Context::new(&backend, Some(&device)).expect("context");
         let mut graph = build_mlp(&ctx, &weights).expect("build");
         assert_eq!(graph.input_specs()[0].dims, vec![M, D_IN]);
@@ -133,6 +134,7 @@ fn mlp_matches_reference_and_calls_are_ordered() {
         drop(device);
         drop(ctx);
         drop(graph);
+        drop(vote);
     }
     assert_eq!(mock.live_handles(), 0, "everything freed; last error: {}", mock.last_error());
     let calls = mock.calls();
@@ -144,6 +146,10 @@ fn mlp_matches_reference_and_calls_are_ordered() {
             "backendCreate",
             "backendGetApiVersion",
             "deviceCreate",
+            "deviceGetInfrastructure",
+            "perf.createPowerConfigId",
+            "perf.setPowerConfig",
+            "perf.options:1,2,3",
             "contextCreate",
             "graphCreate",
             "tensorCreateGraphTensor",
@@ -160,8 +166,8 @@ fn mlp_matches_reference_and_calls_are_ordered() {
     // 10 graph tensors + 1 `axes` param tensor for RmsNorm.
     assert_eq!(calls.iter().filter(|c| *c == "tensorCreateGraphTensor").count(), 11);
     // Teardown is exactly the reverse of creation.
-    let tail: Vec<&str> = calls.iter().rev().take(4).rev().map(String::as_str).collect();
-    assert_eq!(tail, ["contextFree", "deviceFree", "backendFree", "logFree"]);
+    let tail: Vec<&str> = calls.iter().rev().take(5).rev().map(String::as_str).collect();
+    assert_eq!(tail, ["contextFree", "perf.destroyPowerConfigId", "deviceFree", "backendFree", "logFree"]);
 }
 
 #[test]

@@ -89,6 +89,7 @@ struct State {
     contexts: HashMap<usize, (usize, usize)>,
     graphs: HashMap<usize, Graph>,
     mems: HashMap<usize, Mem>,
+    power_ids: HashSet<u32>,
 }
 
 // SAFETY: raw pointers in `Mem` are our own mmaps, only touched under the mutex.
@@ -118,6 +119,7 @@ static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| {
         contexts: HashMap::new(),
         graphs: HashMap::new(),
         mems: HashMap::new(),
+        power_ids: HashSet::new(),
     })
 });
 
@@ -341,6 +343,9 @@ unsafe extern "C" fn device_free(device: Qnn_DeviceHandle_t) -> u64 {
         let k = key(device);
         if !s.devices.contains(&k) {
             return s.fail(E_DEVICE_INVALID_HANDLE, "deviceFree: unknown device".into());
+        }
+        if !s.power_ids.is_empty() {
+            return s.fail(E_NOT_PERMITTED, "deviceFree: power config ids still alive".into());
         }
         if s.contexts.values().any(|&(_, d)| d == k) {
             return s.fail(E_DEVICE_ASSOCIATED_TO_CONTEXT, "deviceFree: a context still uses this device".into());
@@ -975,6 +980,81 @@ unsafe extern "C" fn error_get_message(_err: Qnn_ErrorHandle_t, msg: *mut *const
     })
 }
 
+// ------------------------------------------------------------------ perf infrastructure
+
+unsafe extern "C" fn perf_create_power_config_id(device_id: u32, core_id: u32, out: *mut u32) -> u64 {
+    guarded("perf.createPowerConfigId", |s| {
+        if out.is_null() || device_id != 0 || core_id != 0 {
+            return s.fail(E_COMMON_INVALID_ARGUMENT, "createPowerConfigId: bad device/core or null out".into());
+        }
+        if s.devices.is_empty() {
+            return s.fail(E_NOT_PERMITTED, "createPowerConfigId before deviceCreate".into());
+        }
+        let id = s.new_handle() as u32;
+        s.power_ids.insert(id);
+        // SAFETY: out non-null.
+        unsafe { *out = id };
+        0
+    })
+}
+
+unsafe extern "C" fn perf_destroy_power_config_id(id: u32) -> u64 {
+    guarded("perf.destroyPowerConfigId", |s| {
+        if s.power_ids.remove(&id) {
+            0
+        } else {
+            s.fail(E_COMMON_INVALID_ARGUMENT, format!("destroyPowerConfigId: unknown id {id}"))
+        }
+    })
+}
+
+unsafe extern "C" fn perf_set_power_config(id: u32, cfgs: *const *const QnnHtpPerfInfrastructure_PowerConfig_t) -> u64 {
+    guarded("perf.setPowerConfig", |s| {
+        if !s.power_ids.contains(&id) || cfgs.is_null() {
+            return s.fail(E_COMMON_INVALID_ARGUMENT, "setPowerConfig: unknown id or null list".into());
+        }
+        let mut options = Vec::new();
+        for i in 0..16 {
+            // SAFETY: NULL-terminated list per the API contract (bounded walk).
+            let c = unsafe { *cfgs.add(i) };
+            if c.is_null() {
+                let msg = format!("perf.options:{}", options.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+                s.calls.push(msg);
+                return 0;
+            }
+            // SAFETY: non-null config.
+            let c = unsafe { &*c };
+            // SAFETY: DCVS_V3 selects the dcvs member.
+            if c.option == QNN_HTP_PERF_POWER_CONFIG_OPTION_DCVS_V3 && unsafe { c.u.dcvsV3Config.contextId } != id {
+                return s.fail(E_COMMON_INVALID_ARGUMENT, "setPowerConfig: DCVS contextId != power config id".into());
+            }
+            options.push(c.option);
+        }
+        s.fail(E_COMMON_INVALID_ARGUMENT, "setPowerConfig: list not NULL-terminated".into())
+    })
+}
+
+static INFRA: QnnHtpDevice_Infrastructure_t = QnnHtpDevice_Infrastructure_t {
+    infraType: 0,
+    perfInfra: QnnHtpDevice_PerfInfrastructure_t {
+        createPowerConfigId: Some(perf_create_power_config_id),
+        destroyPowerConfigId: Some(perf_destroy_power_config_id),
+        setPowerConfig: Some(perf_set_power_config),
+        setMemoryConfig: None,
+    },
+};
+
+unsafe extern "C" fn device_get_infrastructure(out: *mut *const QnnHtpDevice_Infrastructure_t) -> u64 {
+    guarded("deviceGetInfrastructure", |s| {
+        if out.is_null() {
+            return s.fail(E_COMMON_INVALID_ARGUMENT, "deviceGetInfrastructure: null out".into());
+        }
+        // SAFETY: out non-null; INFRA is static.
+        unsafe { *out = &INFRA };
+        0
+    })
+}
+
 // ------------------------------------------------------------------ provider
 
 struct Provider(QnnInterface_t);
@@ -1011,6 +1091,7 @@ fn table() -> QnnInterface_FunctionTable_t {
     t.memDeRegister = Some(mem_de_register);
     t.deviceCreate = Some(device_create);
     t.deviceFree = Some(device_free);
+    t.deviceGetInfrastructure = Some(device_get_infrastructure);
     t.errorGetMessage = Some(error_get_message);
     t
 }
@@ -1102,5 +1183,6 @@ pub extern "C" fn QnnMock_getLastError(buf: *mut c_char, cap: usize) -> usize {
 #[no_mangle]
 pub extern "C" fn QnnMock_liveHandles() -> u32 {
     let s = state();
-    (s.log_cbs.len() + s.backends.len() + s.devices.len() + s.contexts.len() + s.graphs.len() + s.mems.len()) as u32
+    (s.log_cbs.len() + s.backends.len() + s.devices.len() + s.contexts.len() + s.graphs.len() + s.mems.len() + s.power_ids.len())
+        as u32
 }
