@@ -283,6 +283,47 @@ fn quantized_uint8_and_int8_weights() {
 }
 
 #[test]
+fn per_channel_int8_weights_under_fp32_activations() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let (n, k) = (3u32, 5u32);
+    let scales: Vec<(f32, i32)> = (0..n).map(|j| (0.01 * (j + 1) as f32, 0)).collect();
+    let wq: Vec<u8> = (0..(n * k) as i32).map(|i| ((i * 37) % 255 - 127) as i8 as u8).collect();
+    let xv = det_values(2 * k as usize, 77);
+    let wspec = TensorSpec {
+        name: "w".into(),
+        dtype: DType::QI8,
+        dims: vec![n, k],
+        quant: Quant::PerAxis { axis: 0, scale_offsets: scales.clone() },
+    };
+    let mut g = ctx.graph_builder("pc", &GraphOptions::default()).expect("graph");
+    let x = g.input(TensorSpec::new("x", DType::F32, &[2, k])).expect("x");
+    let w = g.constant(wspec, &wq).expect("w");
+    let y = g.output(TensorSpec::new("y", DType::F32, &[2, n])).expect("y");
+    g.add_node(ops::fully_connected("fc", x, w, None, y)).expect("node");
+    let mut graph = g.finalize().expect("finalize");
+    let mut out = vec![0u8; (2 * n * 4) as usize];
+    graph.execute(&[&f32_bytes(&xv)], &mut [&mut out]).expect("execute");
+    let (nu, ku) = (n as usize, k as usize);
+    let want: Vec<f32> = (0..2 * nu)
+        .map(|o| {
+            let (i, j) = (o / nu, o % nu);
+            (0..ku).map(|p| xv[i * ku + p] * (wq[j * ku + p] as i8 as f32) * scales[j].0).sum()
+        })
+        .collect();
+    assert_close(&bytes_f32(&out), &want, 1e-5);
+    // Per-channel params survive the context binary round trip.
+    let bin = ctx.binary().expect("binary");
+    let ctx2 = Context::from_binary(&backend, None, &bin).expect("reload");
+    let mut g2 = ctx2.retrieve_graph(&graph.meta()).expect("retrieve");
+    let mut out2 = vec![0u8; out.len()];
+    g2.execute(&[&f32_bytes(&xv)], &mut [&mut out2]).expect("execute");
+    assert_eq!(out, out2);
+}
+
+#[test]
 fn fp16_graph_matches_reference() {
     let mock = Mock::new();
     let lib = QnnLibrary::load(mock.path()).expect("load");

@@ -564,7 +564,12 @@ fn check_new_tensor(g: &Graph, mut t: MTensor, mem_type: u32, mem: Qnn_TensorMem
     if t.dims.is_empty() || t.dims.contains(&0) {
         return Err(format!("tensor {:?}: invalid dims {:?}", t.name, t.dims));
     }
-    if is_fixed_point(t.dtype) && !(t.scale.is_finite() && t.scale > 0.0) {
+    let scales_ok = if t.channels.is_empty() {
+        t.scale.is_finite() && t.scale > 0.0
+    } else {
+        t.channels.iter().all(|(sc, _)| sc.is_finite() && *sc > 0.0)
+    };
+    if is_fixed_point(t.dtype) && !scales_ok {
         return Err(format!("tensor {:?}: quantized tensor needs a positive scale", t.name));
     }
     match t.ttype {

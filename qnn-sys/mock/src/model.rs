@@ -15,6 +15,10 @@ pub struct MTensor {
     pub scale: f32,
     pub offset: i32,
     pub dims: Vec<u32>,
+    /// Per-channel (AXIS_SCALE_OFFSET) quantization: axis and one (scale, offset) per channel;
+    /// empty for per-tensor.
+    pub axis: i32,
+    pub channels: Vec<(f32, i32)>,
     /// STATIC data (little-endian, dense).
     pub data: Option<Vec<u8>>,
 }
@@ -26,6 +30,16 @@ impl MTensor {
 
     pub fn nbytes(&self) -> usize {
         self.numel() * dtype_size(self.dtype).unwrap_or(0)
+    }
+
+    /// (scale, offset) for flat element `i`.
+    pub fn quant_for(&self, i: usize) -> (f32, i32) {
+        if self.channels.is_empty() {
+            return (self.scale, self.offset);
+        }
+        let axis = self.axis as usize;
+        let inner: usize = self.dims[axis + 1..].iter().map(|&d| d as usize).product();
+        self.channels[(i / inner) % self.dims[axis] as usize]
     }
 }
 
@@ -140,19 +154,32 @@ pub unsafe fn read_tensor(t: *const Qnn_Tensor_t) -> Result<(MTensor, u32, Qnn_T
         // SAFETY: dimensions holds `rank` entries.
         unsafe { std::slice::from_raw_parts(v.dimensions, v.rank as usize) }.to_vec()
     };
-    let (scale, offset) = if v.quantizeParams.encodingDefinition == QNN_DEFINITION_DEFINED
-        && v.quantizeParams.quantizationEncoding == QNN_QUANTIZATION_ENCODING_SCALE_OFFSET
-    {
+    let qp = &v.quantizeParams;
+    let defined = qp.encodingDefinition == QNN_DEFINITION_DEFINED;
+    let mut channels = Vec::new();
+    let mut axis = 0;
+    let (scale, offset) = if defined && qp.quantizationEncoding == QNN_QUANTIZATION_ENCODING_SCALE_OFFSET {
         // SAFETY: the encoding says the scale/offset member is active.
-        let so = unsafe { v.quantizeParams.u.scaleOffsetEncoding };
+        let so = unsafe { qp.u.scaleOffsetEncoding };
         (so.scale, so.offset)
+    } else if defined && qp.quantizationEncoding == QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET {
+        // SAFETY: the encoding says the axis member is active.
+        let a = unsafe { qp.u.axisScaleOffsetEncoding };
+        if a.axis < 0 || a.axis as usize >= dims.len() || a.numScaleOffsets != dims[a.axis as usize] || a.scaleOffset.is_null() {
+            return Err(format!("tensor {name:?}: axis quantization (axis {}, {} entries) does not fit dims {dims:?}", a.axis, a.numScaleOffsets));
+        }
+        // SAFETY: scaleOffset holds numScaleOffsets entries.
+        let so = unsafe { std::slice::from_raw_parts(a.scaleOffset, a.numScaleOffsets as usize) };
+        channels = so.iter().map(|x| (x.scale, x.offset)).collect();
+        axis = a.axis;
+        (1.0, 0)
     } else if is_fixed_point(v.dataType) {
-        return Err(format!("quantized tensor {name:?} lacks a DEFINED SCALE_OFFSET encoding (mock supports per-tensor only)"));
+        return Err(format!("quantized tensor {name:?} lacks a DEFINED SCALE_OFFSET/AXIS_SCALE_OFFSET encoding"));
     } else {
         (1.0, 0)
     };
     Ok((
-        MTensor { id: v.id, name, ttype: v.type_, dtype: v.dataType, scale, offset, dims, data: None },
+        MTensor { id: v.id, name, ttype: v.type_, dtype: v.dataType, scale, offset, dims, axis, channels, data: None },
         v.memType,
         v.mem,
     ))
@@ -212,6 +239,12 @@ pub fn serialize(graphs: &[SerialGraph<'_>]) -> Vec<u8> {
             w.u32(t.scale.to_bits());
             w.u32(t.offset as u32);
             w.u32s(&t.dims);
+            w.u32(t.axis as u32);
+            w.u32(t.channels.len() as u32);
+            for &(sc, off) in &t.channels {
+                w.u32(sc.to_bits());
+                w.u32(off as u32);
+            }
             match &t.data {
                 Some(d) => {
                     w.u32(1);
@@ -318,8 +351,17 @@ pub fn deserialize(b: &[u8]) -> Result<Vec<ParsedGraph>, ParseError> {
             let scale = f32::from_bits(r.u32()?);
             let offset = r.u32()? as i32;
             let dims = r.u32s()?;
+            let axis = r.u32()? as i32;
+            let nch = r.u32()? as usize;
+            if nch > b.len() {
+                return Err(ParseError::Corrupt("channel count"));
+            }
+            let mut channels = Vec::with_capacity(nch);
+            for _ in 0..nch {
+                channels.push((f32::from_bits(r.u32()?), r.u32()? as i32));
+            }
             let data = if r.u32()? == 1 { Some(r.bytes()?) } else { None };
-            tensors.push(MTensor { id, name: tname, ttype, dtype, scale, offset, dims, data });
+            tensors.push(MTensor { id, name: tname, ttype, dtype, scale, offset, dims, axis, channels, data });
         }
         let nn = r.u32()?;
         let mut nodes = Vec::new();

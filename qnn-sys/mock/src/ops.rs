@@ -96,45 +96,62 @@ fn int_range(dtype: u32) -> Option<(f32, f32)> {
 /// Decodes raw little-endian bytes of `t`'s dtype into f32 (dequantizing fixed point).
 pub fn decode(t: &MTensor, bytes: &[u8]) -> Result<Vec<f32>, String> {
     let n = t.numel();
-    let (scale, offset) = (t.scale, t.offset as f32);
-    let deq = |q: f32| if is_fixed_point(t.dtype) { (q + offset) * scale } else { q };
-    let out: Vec<f32> = match t.dtype {
+    let fixed = is_fixed_point(t.dtype);
+    let raw: Vec<f32> = match t.dtype {
         QNN_DATATYPE_FLOAT_32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         QNN_DATATYPE_FLOAT_16 => bytes.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
-        QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_INT_8 => bytes.iter().map(|&b| deq(b as i8 as f32)).collect(),
-        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => bytes.iter().map(|&b| deq(b as f32)).collect(),
+        QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_INT_8 => bytes.iter().map(|&b| b as i8 as f32).collect(),
+        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => bytes.iter().map(|&b| b as f32).collect(),
         QNN_DATATYPE_SFIXED_POINT_16 | QNN_DATATYPE_INT_16 => {
-            bytes.chunks_exact(2).map(|c| deq(i16::from_le_bytes([c[0], c[1]]) as f32)).collect()
+            bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32).collect()
         }
         QNN_DATATYPE_UFIXED_POINT_16 | QNN_DATATYPE_UINT_16 => {
-            bytes.chunks_exact(2).map(|c| deq(u16::from_le_bytes([c[0], c[1]]) as f32)).collect()
+            bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as f32).collect()
         }
         QNN_DATATYPE_INT_32 => bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
         QNN_DATATYPE_UINT_32 => bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
         other => return Err(format!("tensor {:?}: dtype 0x{other:04x} not supported by the mock", t.name)),
     };
-    if out.len() != n {
+    if raw.len() != n {
         return Err(format!("tensor {:?}: {} bytes do not hold {n} elements", t.name, bytes.len()));
     }
-    Ok(out)
+    if !fixed {
+        return Ok(raw);
+    }
+    // Dequantize: float = (q + offset) * scale, per tensor or per channel.
+    Ok(raw
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| {
+            let (scale, offset) = t.quant_for(i);
+            (q + offset as f32) * scale
+        })
+        .collect())
 }
 
 /// Encodes f32 values into `t`'s dtype (quantizing: `q = round(v / scale) - offset`, clamped).
 pub fn encode(t: &MTensor, vals: &[f32]) -> Result<Vec<u8>, String> {
-    let quant = |v: f32| -> f32 {
-        let q = if is_fixed_point(t.dtype) { (v / t.scale).round() - t.offset as f32 } else { v.round() };
-        let (lo, hi) = int_range(t.dtype).unwrap_or((f32::MIN, f32::MAX));
+    let fixed = is_fixed_point(t.dtype);
+    let (lo, hi) = int_range(t.dtype).unwrap_or((f32::MIN, f32::MAX));
+    let quant = |i: usize, v: f32| -> f32 {
+        let q = if fixed {
+            let (scale, offset) = t.quant_for(i);
+            (v / scale).round() - offset as f32
+        } else {
+            v.round()
+        };
         q.clamp(lo, hi)
     };
+    let q = || vals.iter().enumerate().map(|(i, &v)| quant(i, v));
     Ok(match t.dtype {
         QNN_DATATYPE_FLOAT_32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
         QNN_DATATYPE_FLOAT_16 => vals.iter().flat_map(|&v| f32_to_f16(v).to_le_bytes()).collect(),
-        QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_INT_8 => vals.iter().map(|&v| quant(v) as i8 as u8).collect(),
-        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => vals.iter().map(|&v| quant(v) as u8).collect(),
-        QNN_DATATYPE_SFIXED_POINT_16 | QNN_DATATYPE_INT_16 => vals.iter().flat_map(|&v| (quant(v) as i16).to_le_bytes()).collect(),
-        QNN_DATATYPE_UFIXED_POINT_16 | QNN_DATATYPE_UINT_16 => vals.iter().flat_map(|&v| (quant(v) as u16).to_le_bytes()).collect(),
-        QNN_DATATYPE_INT_32 => vals.iter().flat_map(|&v| (quant(v) as i32).to_le_bytes()).collect(),
-        QNN_DATATYPE_UINT_32 => vals.iter().flat_map(|&v| (quant(v) as u32).to_le_bytes()).collect(),
+        QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_INT_8 => q().map(|v| v as i8 as u8).collect(),
+        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => q().map(|v| v as u8).collect(),
+        QNN_DATATYPE_SFIXED_POINT_16 | QNN_DATATYPE_INT_16 => q().flat_map(|v| (v as i16).to_le_bytes()).collect(),
+        QNN_DATATYPE_UFIXED_POINT_16 | QNN_DATATYPE_UINT_16 => q().flat_map(|v| (v as u16).to_le_bytes()).collect(),
+        QNN_DATATYPE_INT_32 => q().flat_map(|v| (v as i32).to_le_bytes()).collect(),
+        QNN_DATATYPE_UINT_32 => q().flat_map(|v| (v as u32).to_le_bytes()).collect(),
         other => return Err(format!("tensor {:?}: dtype 0x{other:04x} not supported by the mock", t.name)),
     })
 }
