@@ -195,3 +195,16 @@ fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     std::fs::write(&tmp, data).map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_separates_parts_and_detects_changes() {
+        assert_ne!(fingerprint(&[b"ab", b"c"]), fingerprint(&[b"a", b"bc"]));
+        assert_ne!(fingerprint(&[b"weights"]), fingerprint(&[b"weightz"]));
+        assert_eq!(fingerprint(&[b"x"]), fingerprint(&[b"x"]));
+        assert_eq!(fingerprint(&[]).len(), 16);
+    }
+}

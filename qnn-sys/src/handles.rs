@@ -152,7 +152,7 @@ impl Backend {
         Ok(Device { inner: Arc::new(DeviceInner { backend: self.inner.clone(), handle }) })
     }
 
-    /// The library this backend came from.
+    /// API versions of the provider this backend came from.
     pub fn api_version(&self) -> Qnn_ApiVersion_t {
         self.inner.lib_api_version()
     }
@@ -330,7 +330,7 @@ impl Context {
         Ok(buf)
     }
 
-    /// The backend this context belongs to.
+    /// API versions of the provider this context's backend came from.
     pub fn api_version(&self) -> Qnn_ApiVersion_t {
         self.inner.backend.lib.api_version
     }

@@ -297,3 +297,37 @@ pub struct TensorMeta {
     /// Spec.
     pub spec: TensorSpec,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_codes_roundtrip_and_match_reference() {
+        for d in [DType::F32, DType::F16, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::Bool, DType::QI8, DType::QU8, DType::QI16, DType::QU16] {
+            assert_eq!(DType::from_raw(d.raw()), Some(d));
+        }
+        assert_eq!(DType::F16.raw(), 0x0216);
+        assert_eq!(DType::QU8.raw(), 0x0408);
+        assert_eq!(DType::QU16.raw(), 0x0416);
+        assert_eq!(DType::from_raw(QNN_DATATYPE_STRING), None);
+    }
+
+    #[test]
+    fn owned_tensor_raw_points_into_itself() {
+        let spec = TensorSpec::new("t", DType::QU8, &[2, 3]).quantized(0.5, -128);
+        let t = OwnedTensor::new(spec, TensorKind::Input).expect("valid");
+        let raw = t.raw(std::ptr::null(), 0);
+        assert_eq!(raw.version, QNN_TENSOR_VERSION_1);
+        // SAFETY: `raw` builds the v1 variant; pointers refer into `t`, alive here.
+        unsafe {
+            let v = raw.u.v1;
+            assert_eq!(std::slice::from_raw_parts(v.dimensions, v.rank as usize), &[2, 3]);
+            assert_eq!(std::ffi::CStr::from_ptr(v.name).to_str(), Ok("t"));
+            assert_eq!(v.quantizeParams.encodingDefinition, QNN_DEFINITION_DEFINED);
+            assert_eq!(v.quantizeParams.u.scaleOffsetEncoding.offset, -128);
+            assert_eq!(v.type_, QNN_TENSOR_TYPE_APP_WRITE);
+        }
+        assert!(TensorSpec::from_usize_dims("big", DType::F32, &[1 << 40]).is_err());
+    }
+}
