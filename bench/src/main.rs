@@ -3,6 +3,7 @@
 
 mod decoding;
 mod forward;
+mod npu;
 mod quality;
 mod synth;
 mod tasks;
@@ -16,6 +17,7 @@ const SUITES: &[(&str, &str)] = &[
     ("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)"),
     ("quality", "embedded models' exact-match accuracy on the held-out tasks (issue 4)"),
     ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
+    ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750 (issue 7)"),
 ];
 
 fn main() -> Result<()> {
@@ -39,6 +41,7 @@ fn main() -> Result<()> {
             "forward" => forward::run(quick)?,
             "quality" => quality::run(quick)?,
             "decoding" => decoding::run(quick)?,
+            "npu" => npu::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

@@ -49,6 +49,8 @@ pub struct EvalResult {
     pub forwards: usize,
     pub steps: usize,
     pub generated_tokens: usize,
+    /// Canvas positions decoded (gen_length per example).
+    pub canvas_tokens: usize,
     pub wall_s: f64,
     pub simulated_s: f64,
     /// Generated token ids per example, for agreement comparisons between settings.
@@ -72,6 +74,7 @@ impl EvalResult {
             "accuracy": self.accuracy(), "tasks": tasks, "forwards": self.forwards, "steps": self.steps,
             "tokens_per_forward": self.generated_tokens as f64 / self.forwards.max(1) as f64,
             "forwards_per_token": self.forwards as f64 / self.generated_tokens.max(1) as f64,
+            "canvas_tokens_per_forward": self.canvas_tokens as f64 / self.forwards.max(1) as f64,
             "wall_s": self.wall_s, "simulated_s": self.simulated_s,
         })
     }
@@ -105,6 +108,7 @@ pub fn evaluate(
         r.forwards += out.forwards;
         r.steps += out.steps;
         r.generated_tokens += answer_ids.len().max(1);
+        r.canvas_tokens += settings.gen_length;
         r.wall_s += out.wall_s;
         r.simulated_s += out.simulated_s.unwrap_or(0.0);
         r.outputs.push(out.tokens);

@@ -10,7 +10,11 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 pub enum EngineError {
     /// An I/O error on a named file.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, #[source] source: std::io::Error },
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A file whose bytes do not follow its format.
     #[error("{path}: corrupt {format} file: {reason}")]
     Corrupt { path: PathBuf, format: &'static str, reason: String },

@@ -43,7 +43,12 @@ fn greedy(t: &Transformer, prompt: &[u32], n: usize) -> Vec<u32> {
     let pos: Vec<usize> = (0..prompt.len()).collect();
     let out = t
         .forward(
-            &ForwardRequest { tokens: prompt, positions: &pos, logits_rows: &[prompt.len() - 1], kv: KvMode::ReadWrite },
+            &ForwardRequest {
+                tokens: prompt,
+                positions: &pos,
+                logits_rows: &[prompt.len() - 1],
+                kv: KvMode::ReadWrite,
+            },
             Some(&mut cache),
         )
         .unwrap();
@@ -52,7 +57,10 @@ fn greedy(t: &Transformer, prompt: &[u32], n: usize) -> Vec<u32> {
     for step in 0..n - 1 {
         let p = prompt.len() + step;
         let out = t
-            .forward(&ForwardRequest { tokens: &[next], positions: &[p], logits_rows: &[0], kv: KvMode::ReadWrite }, Some(&mut cache))
+            .forward(
+                &ForwardRequest { tokens: &[next], positions: &[p], logits_rows: &[0], kv: KvMode::ReadWrite },
+                Some(&mut cache),
+            )
             .unwrap();
         next = argmax(out.row(0));
         got.push(next);
@@ -125,7 +133,8 @@ fn quant_bf16_bit_exact() {
 /// Our Q8_0 quantiser reproduces gguf-py's bytes for the same floats.
 #[test]
 fn quantize_q8_0_matches_gguf_py() {
-    let x = SafetensorsSource::open(&golden("quant/input.safetensors")).unwrap().get("x").unwrap().to_f32_vec().unwrap();
+    let x =
+        SafetensorsSource::open(&golden("quant/input.safetensors")).unwrap().get("x").unwrap().to_f32_vec().unwrap();
     let raw = SafetensorsSource::open(&golden("quant/Q8_0.safetensors")).unwrap().get("raw").unwrap();
     let ours = unmask_engine::kernels::quant::quantize_q8_0(&x).unwrap();
     assert_eq!(ours.as_slice(), raw.data.as_slice());
@@ -139,7 +148,10 @@ fn tiny_llama_q8_0_config() {
     assert_eq!(f.version(), 3);
     let c = ModelConfig::from_gguf(&f).unwrap();
     assert_eq!(c.arch, Architecture::Llama);
-    assert_eq!((c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab), (64, 2, 4, 2, 16, 128, 256));
+    assert_eq!(
+        (c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn, c.vocab),
+        (64, 2, 4, 2, 16, 128, 256)
+    );
     assert_eq!(c.rope_style, RopeStyle::Interleaved);
     assert_eq!(c.rope_theta, 500000.0);
     assert_eq!(c.rms_eps, 1e-5);
@@ -162,7 +174,8 @@ fn tiny_llama_q8_0_matches_dequantised_transformers() {
         let err = max_rel_err(&full_forward(&t, ids), &logits[i * n..(i + 1) * n]);
         assert!(err < 1e-4, "prompt {i}: max relative error {err}");
     }
-    let want: Vec<u32> = g.get("greedy_ids_q8_0").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    let want: Vec<u32> =
+        g.get("greedy_ids_q8_0").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
     assert_eq!(greedy(&t, &ps[0], want.len()), want);
 }
 
@@ -187,7 +200,8 @@ fn llama_safetensors_and_own_f32_gguf_export_agree() {
         assert!(err < 1e-5, "prompt {i}: safetensors vs GGUF-F32 differ by {err}");
         assert!(max_rel_err(&lb, &want[i * n..(i + 1) * n]) < 1e-4);
     }
-    let greedy_want: Vec<u32> = g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    let greedy_want: Vec<u32> =
+        g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
     assert_eq!(greedy(&b, &ps[0], greedy_want.len()), greedy_want);
 }
 
@@ -218,7 +232,9 @@ fn export_and_compare(model: &str, dtype: DType, tol: f32) {
         if dtype == DType::Q8_0 {
             // Quantised weights: most positions still pick the same top token.
             let rows = ids.len();
-            let same = (0..rows).filter(|&r| argmax(&lb[r * 256..(r + 1) * 256]) == argmax(&g[r * 256..(r + 1) * 256])).count();
+            let same = (0..rows)
+                .filter(|&r| argmax(&lb[r * 256..(r + 1) * 256]) == argmax(&g[r * 256..(r + 1) * 256]))
+                .count();
             assert!(same * 10 >= rows * 8, "{model} Q8_0 prompt {i}: top-1 agrees on only {same}/{rows} rows");
         }
     }
@@ -276,12 +292,13 @@ fn llada_export_metadata_follows_llama_cpp() {
 /// A GGUF with a tiny byte-level BPE vocabulary written by our writer loads as a full model.
 #[test]
 fn gguf_tokenizer_from_embedded_vocab() {
+    use unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf;
     use unmask_engine::model::gguf::writer::string_array;
     use unmask_engine::model::gguf::{GgufValue, GgufWriter, ValueType};
-    use unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf;
     let mut w = GgufWriter::new();
     // Bytes of "hello world" in GPT-2's byte-to-unicode map ("Ġ" is the space).
-    let tokens = ["h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw", "<|im_start|>", "<|im_end|>"];
+    let tokens =
+        ["h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw", "<|im_start|>", "<|im_end|>"];
     let types: Vec<GgufValue> = (0..tokens.len()).map(|i| GgufValue::I32(if i >= 13 { 3 } else { 1 })).collect();
     w.add_kv("general.architecture", GgufValue::String("qwen2".into()));
     w.add_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
@@ -332,7 +349,8 @@ fn find_smollm2() -> Option<PathBuf> {
     if let Some(f) = find_gguf_under(&fetched, 0) {
         return Some(f);
     }
-    let mut roots: Vec<PathBuf> = vec![PathBuf::from("/work/venv/lib"), PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
+    let mut roots: Vec<PathBuf> =
+        vec![PathBuf::from("/work/venv/lib"), PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
     if let Ok(v) = std::env::var("VIRTUAL_ENV") {
         roots.insert(0, PathBuf::from(v).join("lib"));
     }
@@ -385,11 +403,17 @@ fn smollm2_q4_1_real_weights() {
         serde_json::from_str(&std::fs::read_to_string(golden("smollm2/expected.json")).unwrap()).unwrap();
     let m = unmask_engine::model::load_model(&path).unwrap();
     let c = m.config();
-    assert_eq!((c.arch, c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim), (Architecture::Llama, 576, 30, 9, 3, 64));
+    assert_eq!(
+        (c.arch, c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim),
+        (Architecture::Llama, 576, 30, 9, 3, 64)
+    );
     assert!(c.tie_embeddings && m.transformer.weights.tied_head);
-    assert_eq!(m.template, unmask_engine::model::ChatTemplate::ChatMl {
-        default_system: Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into())
-    });
+    assert_eq!(
+        m.template,
+        unmask_engine::model::ChatTemplate::ChatMl {
+            default_system: Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into())
+        }
+    );
     // Tokenizer: same ids as transformers' GGUF tokenizer, and text round-trips.
     let rt = expected["roundtrip_text"].as_str().unwrap();
     let rt_ids = m.tokenizer.encode(rt).unwrap();
@@ -414,11 +438,26 @@ fn llama_cpp_vocab_vectors() {
         Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/vocab"),
     };
     if !dir.is_dir() {
-        println!("SKIPPED llama_cpp_vocab_vectors: no {} (run tests/fetch-test-inputs.sh or set UNMASK_VOCAB_DIR)", dir.display());
+        println!(
+            "SKIPPED llama_cpp_vocab_vectors: no {} (run tests/fetch-test-inputs.sh or set UNMASK_VOCAB_DIR)",
+            dir.display()
+        );
         return;
     }
     // Vocabularies whose `tokenizer.ggml.pre` we implement must reproduce every case.
-    let must_pass = ["gpt-2", "llama-bpe", "qwen2", "qwen35", "starcoder", "refact", "mpt", "command-r", "deepseek-coder", "llama-spm", "phi-3"];
+    let must_pass = [
+        "gpt-2",
+        "llama-bpe",
+        "qwen2",
+        "qwen35",
+        "starcoder",
+        "refact",
+        "mpt",
+        "command-r",
+        "deepseek-coder",
+        "llama-spm",
+        "phi-3",
+    ];
     let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     entries.sort();
     let mut failures = Vec::new();
@@ -429,7 +468,8 @@ fn llama_cpp_vocab_vectors() {
         if !inp.exists() || !out.exists() {
             continue;
         }
-        let tk = match GgufFile::open(gguf).and_then(|f| unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf(&f)) {
+        let tk = match GgufFile::open(gguf).and_then(|f| unmask_engine::model::gguf::tokenizer::tokenizer_from_gguf(&f))
+        {
             Ok(t) => t,
             Err(e) => {
                 println!("vocab {name}: not supported ({e})");
@@ -474,8 +514,10 @@ fn export_with_tokenizer_then_load_model() {
     let tokens = ["h", "e", "l", "o", "Ġ", "w", "r", "d", "he", "ll", "hell", "hello", "Ġw"];
     let vocab: serde_json::Map<String, serde_json::Value> =
         tokens.iter().enumerate().map(|(i, t)| (t.to_string(), serde_json::json!(i))).collect();
-    let added = |id: u32, s: &str| serde_json::json!({"id": id, "content": s, "single_word": false, "lstrip": false,
-        "rstrip": false, "normalized": false, "special": true});
+    let added = |id: u32, s: &str| {
+        serde_json::json!({"id": id, "content": s, "single_word": false, "lstrip": false,
+        "rstrip": false, "normalized": false, "special": true})
+    };
     let tok = serde_json::json!({
         "version": "1.0", "truncation": null, "padding": null,
         "added_tokens": [added(13, "<|begin_of_text|>"), added(14, "<|eot_id|>")],

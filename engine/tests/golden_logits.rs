@@ -27,7 +27,12 @@ fn read_golden(dir: &Path) -> Golden {
     let greedy = g
         .contains("greedy_ids")
         .then(|| g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect());
-    Golden { ids: ids.chunks(seq).map(|c| c.to_vec()).take(np).collect(), vocab: lt.shape[2], logits: lt.to_f32_vec().unwrap(), greedy }
+    Golden {
+        ids: ids.chunks(seq).map(|c| c.to_vec()).take(np).collect(),
+        vocab: lt.shape[2],
+        logits: lt.to_f32_vec().unwrap(),
+        greedy,
+    }
 }
 
 fn max_rel_err(a: &[f32], b: &[f32]) -> f32 {
@@ -62,7 +67,12 @@ fn check_arch(name: &str) {
         let pos: Vec<usize> = (0..prompt.len()).collect();
         let out = t
             .forward(
-                &ForwardRequest { tokens: prompt, positions: &pos, logits_rows: &[prompt.len() - 1], kv: KvMode::ReadWrite },
+                &ForwardRequest {
+                    tokens: prompt,
+                    positions: &pos,
+                    logits_rows: &[prompt.len() - 1],
+                    kv: KvMode::ReadWrite,
+                },
                 Some(&mut cache),
             )
             .unwrap();
@@ -71,7 +81,10 @@ fn check_arch(name: &str) {
         for step in 0..greedy.len() - 1 {
             let p = prompt.len() + step;
             let out = t
-                .forward(&ForwardRequest { tokens: &[next], positions: &[p], logits_rows: &[0], kv: KvMode::ReadWrite }, Some(&mut cache))
+                .forward(
+                    &ForwardRequest { tokens: &[next], positions: &[p], logits_rows: &[0], kv: KvMode::ReadWrite },
+                    Some(&mut cache),
+                )
                 .unwrap();
             next = argmax(out.row(0));
             got.push(next);
@@ -126,7 +139,11 @@ fn prefix_cache_equals_full_forward_for_llada() {
     let full = full_forward(&t, ids);
     let mut cache = t.new_cache(32);
     let pos: Vec<usize> = (0..ids.len()).collect();
-    t.forward(&ForwardRequest { tokens: ids, positions: &pos, logits_rows: &[], kv: KvMode::ReadWrite }, Some(&mut cache)).unwrap();
+    t.forward(
+        &ForwardRequest { tokens: ids, positions: &pos, logits_rows: &[], kv: KvMode::ReadWrite },
+        Some(&mut cache),
+    )
+    .unwrap();
     cache.invalidate_from(8);
     let out = t
         .forward(

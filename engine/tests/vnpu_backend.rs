@@ -67,7 +67,10 @@ fn every_builtin_profile_runs_the_model() {
         let mut npu = VirtualNpu::new(model.clone(), p, VnpuConfig::default()).unwrap();
         let toks = [1u32, 2, 3];
         let (_, s) = npu
-            .forward(&ForwardRequest { tokens: &toks, positions: &[0, 1, 2], logits_rows: &[2], kv: KvMode::Ignore }, None)
+            .forward(
+                &ForwardRequest { tokens: &toks, positions: &[0, 1, 2], logits_rows: &[2], kv: KvMode::Ignore },
+                None,
+            )
             .unwrap();
         assert!(s.simulated_s.unwrap() > 0.0, "{name}");
     }
@@ -88,7 +91,8 @@ fn context_beyond_the_largest_bucket_is_rejected_like_the_device() {
     let mut npu = VirtualNpu::new(tiny_llada(), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
     let toks = vec![5u32; 20];
     let pos: Vec<usize> = (0..20).collect();
-    let e = npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[0], kv: KvMode::Ignore }, None);
+    let e =
+        npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[0], kv: KvMode::Ignore }, None);
     assert!(e.is_err());
     assert_eq!(npu.totals().forwards, 0, "the real forward must not run");
 }
@@ -99,7 +103,9 @@ fn tokens_beyond_the_largest_bucket_split_into_launches() {
     let mut npu = VirtualNpu::new(tiny_llada(), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
     let toks = vec![5u32; 70];
     let pos: Vec<usize> = (0..70).collect();
-    let (_, s) = npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[0], kv: KvMode::Ignore }, None).unwrap();
+    let (_, s) = npu
+        .forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[0], kv: KvMode::Ignore }, None)
+        .unwrap();
     assert_eq!(s.padded_tokens, 32 + 32 + 16);
 }
 
@@ -107,6 +113,7 @@ fn tokens_beyond_the_largest_bucket_split_into_launches() {
 fn budget_too_small_for_the_model_is_an_error() {
     let cfg = VnpuConfig { budget_bytes: Some(8192), ..VnpuConfig::default() };
     let mut npu = VirtualNpu::new(tiny_llada(), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
-    let e = npu.forward(&ForwardRequest { tokens: &[1, 2], positions: &[0, 1], logits_rows: &[1], kv: KvMode::Ignore }, None);
+    let e = npu
+        .forward(&ForwardRequest { tokens: &[1, 2], positions: &[0, 1], logits_rows: &[1], kv: KvMode::Ignore }, None);
     assert!(e.is_err());
 }

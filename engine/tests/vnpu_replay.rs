@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use unmask_engine::backend::vnpu::calibrate::{calibrate, synthetic_transformer};
-use unmask_engine::backend::vnpu::replay::{llada_comparison, llada_sm8750_comparison, replay_matrix, ComparisonSettings, DecodeTrace, ModelPreset};
+use unmask_engine::backend::vnpu::replay::{
+    llada_comparison, llada_sm8750_comparison, replay_matrix, ComparisonSettings, DecodeTrace, ModelPreset,
+};
 use unmask_engine::backend::vnpu::DeviceProfile;
 use unmask_engine::model::load_transformer;
 
@@ -37,7 +39,10 @@ fn comparison_returns_positive_simulated_numbers() {
     assert_eq!(rows.iter().map(|r| r.answer_tokens).collect::<Vec<_>>(), vec![128, 256, 512]);
     for r in &rows {
         for x in [&r.cpu_prefix_kv, &r.npu_naive, &r.npu_memory_runtime, &r.llama3_ar_npu] {
-            assert!(x.simulated_latency_s > 0.0 && x.simulated_latency_s.is_finite() && x.simulated_energy_j > 0.0, "{x:?}");
+            assert!(
+                x.simulated_latency_s > 0.0 && x.simulated_latency_s.is_finite() && x.simulated_energy_j > 0.0,
+                "{x:?}"
+            );
         }
         assert!(r.npu_memory_runtime.simulated_latency_s <= r.npu_naive.simulated_latency_s, "{r:?}");
         assert!(r.npu_memory_runtime.simulated_latency_s < r.cpu_prefix_kv.simulated_latency_s, "{r:?}");
@@ -52,7 +57,8 @@ fn comparison_returns_positive_simulated_numbers() {
 fn replay_matrix_covers_every_profile_and_preset() {
     let trace = DecodeTrace::block_decoding(64, 64, 32, 8);
     let rows = replay_matrix(&trace).unwrap();
-    let npu_profiles = DeviceProfile::list_builtin().iter().filter(|n| DeviceProfile::builtin(n).unwrap().has_npu()).count();
+    let npu_profiles =
+        DeviceProfile::list_builtin().iter().filter(|n| DeviceProfile::builtin(n).unwrap().has_npu()).count();
     let profiles = DeviceProfile::list_builtin().len();
     assert_eq!(rows.len(), 3 * (npu_profiles + profiles));
     assert!(rows.iter().all(|r| r.simulated_latency_s > 0.0 && r.simulated_energy_j > 0.0));
@@ -121,7 +127,8 @@ fn print_calibration_and_replay_numbers() {
         unmask_engine::memory::StepShape { tokens: 32, context: 1024, logit_rows: 32 },
         &unmask_engine::memory::Precision::npu_w4a16(),
     );
-    for policy in [unmask_engine::memory::PlacementPolicy::Naive, unmask_engine::memory::PlacementPolicy::SwapOptimized] {
+    for policy in [unmask_engine::memory::PlacementPolicy::Naive, unmask_engine::memory::PlacementPolicy::SwapOptimized]
+    {
         let p = unmask_engine::memory::plan_memory(&g, 3 * (1 << 30) + 3 * (1 << 28), policy).unwrap();
         println!(
             "LLaDA-8B plan {policy:?}: peak {} act {} kv {} resident weights {} slot {}x{} streamed/step {} remaps/step {} map calls/step {}",
@@ -131,6 +138,9 @@ fn print_calibration_and_replay_numbers() {
     }
     let trace = DecodeTrace::block_decoding(100, 128, 32, 32);
     for r in replay_matrix(&trace).unwrap() {
-        println!("{:<14} {:<11} {:<22} {:>8.2}s {:>8.1}J {:>7.1} tok/s", r.device, r.model, r.setup, r.simulated_latency_s, r.simulated_energy_j, r.tokens_per_s);
+        println!(
+            "{:<14} {:<11} {:<22} {:>8.2}s {:>8.1}J {:>7.1} tok/s",
+            r.device, r.model, r.setup, r.simulated_latency_s, r.simulated_energy_j, r.tokens_per_s
+        );
     }
 }

@@ -10,7 +10,16 @@ use unmask_engine::model::{load_transformer, ForwardRequest, KvMode};
 use unmask_engine::trace::{to_chrome_trace, Lane, LanePower, Timeline, TraceEvent};
 
 fn ev(lane: Lane, name: &str, start: f64, dur: f64, bytes: u64) -> TraceEvent {
-    TraceEvent { lane, name: name.into(), category: "test".into(), start_sim: start, dur_sim: dur, wall_start: 0.0, wall_dur: 0.0, bytes }
+    TraceEvent {
+        lane,
+        name: name.into(),
+        category: "test".into(),
+        start_sim: start,
+        dur_sim: dur,
+        wall_start: 0.0,
+        wall_dur: 0.0,
+        bytes,
+    }
 }
 
 #[test]
@@ -33,15 +42,18 @@ fn chrome_trace_has_processes_threads_slices_and_counters() {
     let mut npu = VirtualNpu::new(model, DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
     let toks: Vec<u32> = (0..24).collect();
     let pos: Vec<usize> = (0..24).collect();
-    npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[23], kv: KvMode::Ignore }, None).unwrap();
+    npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[23], kv: KvMode::Ignore }, None)
+        .unwrap();
 
     let text = serde_json::to_string(&npu.chrome_trace()).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let evs = v["traceEvents"].as_array().unwrap();
     let of = |ph: &str| evs.iter().filter(move |e| e["ph"] == ph).collect::<Vec<_>>();
-    let procs: Vec<&str> = of("M").iter().filter(|e| e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    let procs: Vec<&str> =
+        of("M").iter().filter(|e| e["name"] == "process_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
     assert!(procs.contains(&"Snapdragon 8 Elite (SM8750) (simulated)"), "{procs:?}");
-    let threads: Vec<&str> = of("M").iter().filter(|e| e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+    let threads: Vec<&str> =
+        of("M").iter().filter(|e| e["name"] == "thread_name").map(|e| e["args"]["name"].as_str().unwrap()).collect();
     for lane in ["NPU", "DMA", "CPU 0"] {
         assert!(threads.contains(&lane), "{threads:?}");
     }

@@ -39,7 +39,13 @@ impl Linear {
     }
 
     /// Wraps raw bytes already known to hold `[n_out, k_in]` values of `dtype`.
-    pub fn from_raw_unchecked(name: String, dtype: DType, data: TensorBytes, n_out: usize, k_in: usize) -> Result<Self> {
+    pub fn from_raw_unchecked(
+        name: String,
+        dtype: DType,
+        data: TensorBytes,
+        n_out: usize,
+        k_in: usize,
+    ) -> Result<Self> {
         if dtype.bytes_for(k_in).is_none() || dtype.bytes_for(n_out * k_in) != Some(data.len()) {
             return Err(EngineError::UnsupportedDType {
                 name,
@@ -51,11 +57,8 @@ impl Linear {
                 if bytemuck::try_cast_slice::<u8, f32>(data.as_slice()).is_ok() {
                     WeightStorage::F32Mapped(data)
                 } else {
-                    let v: Vec<f32> = data
-                        .as_slice()
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect();
+                    let v: Vec<f32> =
+                        data.as_slice().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
                     WeightStorage::F32Owned(v)
                 }
             }
@@ -127,13 +130,24 @@ impl Linear {
             // column stride k), y is m×n row-major; all slices are long enough (checked above).
             unsafe {
                 gemm::gemm(
-                    m, n, k,
-                    y.as_mut_ptr(), 1, n as isize,
+                    m,
+                    n,
+                    k,
+                    y.as_mut_ptr(),
+                    1,
+                    n as isize,
                     false,
-                    x.as_ptr(), 1, k as isize,
-                    w.as_ptr(), k as isize, 1,
-                    0.0f32, 1.0f32,
-                    false, false, false,
+                    x.as_ptr(),
+                    1,
+                    k as isize,
+                    w.as_ptr(),
+                    k as isize,
+                    1,
+                    0.0f32,
+                    1.0f32,
+                    false,
+                    false,
+                    false,
                     gemm::Parallelism::Rayon(rayon::current_num_threads()),
                 );
             }
@@ -156,13 +170,24 @@ impl Linear {
                 // SAFETY: yp is m×(j1-j0), x is m×k, w is (j1-j0)×k read transposed; sizes match.
                 unsafe {
                     gemm::gemm(
-                        m, j1 - j0, k,
-                        yp.as_mut_ptr(), 1, (j1 - j0) as isize,
+                        m,
+                        j1 - j0,
+                        k,
+                        yp.as_mut_ptr(),
+                        1,
+                        (j1 - j0) as isize,
                         false,
-                        x.as_ptr(), 1, k as isize,
-                        w.as_ptr(), k as isize, 1,
-                        0.0f32, 1.0f32,
-                        false, false, false,
+                        x.as_ptr(),
+                        1,
+                        k as isize,
+                        w.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
                         gemm::Parallelism::None,
                     );
                 }

@@ -17,9 +17,8 @@ impl RopeTable {
         let half = rotary_dim / 2;
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
-        let inv_freq: Vec<f64> = (0..half)
-            .map(|i| 1.0 / (theta as f64).powf((2 * i) as f64 / rotary_dim as f64))
-            .collect();
+        let inv_freq: Vec<f64> =
+            (0..half).map(|i| 1.0 / (theta as f64).powf((2 * i) as f64 / rotary_dim as f64)).collect();
         for p in 0..max_pos {
             for &f in &inv_freq {
                 let a = p as f64 * f;

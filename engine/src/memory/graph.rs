@@ -144,7 +144,11 @@ impl LayerGraph {
         let mut x = g.act("x0", t * h);
         for l in 0..cfg.n_layers {
             let n = |s: &str| format!("l{l}.{s}");
-            let kv = g.buffer(&n("kv"), (2.0 * shape.context as f64 * kvd as f64 * p.kv_bytes).ceil() as u64, BufferClass::KvCache);
+            let kv = g.buffer(
+                &n("kv"),
+                (2.0 * shape.context as f64 * kvd as f64 * p.kv_bytes).ceil() as u64,
+                BufferClass::KvCache,
+            );
             let attn_norm = g.weight_vec(&n("attn_norm"), h);
             let xn = g.act(&n("xn_attn"), t * h);
             g.vector(&n("attn_norm"), l, (t * h) as u64, 4.0, vec![x, attn_norm], vec![xn]);
@@ -244,7 +248,15 @@ impl GraphBuilder {
     fn weight_vec(&mut self, name: &str, n: usize) -> BufferId {
         self.buffer(name, 2 * n as u64, BufferClass::Weight)
     }
-    fn vector(&mut self, name: &str, layer: usize, elems: u64, fpe: f64, inputs: Vec<BufferId>, outputs: Vec<BufferId>) {
+    fn vector(
+        &mut self,
+        name: &str,
+        layer: usize,
+        elems: u64,
+        fpe: f64,
+        inputs: Vec<BufferId>,
+        outputs: Vec<BufferId>,
+    ) {
         let kind = OpKind::Vector { elems, flops_per_elem: fpe };
         self.graph.ops.push(Operator { name: name.to_owned(), layer: Some(layer), kind, inputs, outputs });
     }
@@ -258,7 +270,16 @@ impl GraphBuilder {
     }
     /// As [`GraphBuilder::matmul`] but the stored weight may hold more elements than are computed (MoE).
     #[allow(clippy::too_many_arguments)]
-    fn matmul_w(&mut self, name: &str, layer: usize, x: BufferId, m: usize, n: usize, k: usize, w_elems: usize) -> BufferId {
+    fn matmul_w(
+        &mut self,
+        name: &str,
+        layer: usize,
+        x: BufferId,
+        m: usize,
+        n: usize,
+        k: usize,
+        w_elems: usize,
+    ) -> BufferId {
         let w = self.buffer(name, self.p.weight_bytes(w_elems, 1), BufferClass::Weight);
         let short = name.rsplit('.').next().unwrap_or(name).trim_start_matches("w_").trim_start_matches('w');
         let y = self.act(&format!("l{layer}.{short}"), m * n);

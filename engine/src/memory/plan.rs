@@ -66,7 +66,8 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
     let life = graph.lifetimes();
     let n = graph.buffers.len();
     let is = |b: usize, c: BufferClass| graph.buffers[b].class == c;
-    let kv_bytes: u64 = (0..n).filter(|&b| is(b, BufferClass::KvCache)).map(|b| align_up(graph.buffers[b].bytes, PAGE)).sum();
+    let kv_bytes: u64 =
+        (0..n).filter(|&b| is(b, BufferClass::KvCache)).map(|b| align_up(graph.buffers[b].bytes, PAGE)).sum();
     let acts: Vec<usize> = (0..n).filter(|&b| is(b, BufferClass::Activation) && life[b].is_some()).collect();
     let mut activation_offsets = vec![None; n];
     let activation_bytes = match policy {
@@ -87,11 +88,13 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
         }
     };
     let fixed = kv_bytes + activation_bytes;
-    let too_small = |need: u64| EngineError::Backend {
+    let too_small = |need: u64| {
+        EngineError::Backend {
         backend: "vnpu".into(),
         reason: format!(
             "NPU-visible budget of {budget_bytes} bytes cannot hold the KV cache and activations plus one weight ({need} bytes needed)"
         ),
+    }
     };
     // Weights in order of first use.
     let mut weights: Vec<usize> = (0..n).filter(|&b| is(b, BufferClass::Weight) && life[b].is_some()).collect();
@@ -99,7 +102,9 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
     let wsize = |b: usize| align_up(graph.buffers[b].bytes, PAGE);
     // KV cache always resident; packed activations live in the (resident) arena.
     let mut resident: Vec<bool> = (0..n)
-        .map(|b| is(b, BufferClass::KvCache) || (is(b, BufferClass::Activation) && policy == PlacementPolicy::SwapOptimized))
+        .map(|b| {
+            is(b, BufferClass::KvCache) || (is(b, BufferClass::Activation) && policy == PlacementPolicy::SwapOptimized)
+        })
         .collect();
     let (slot, slots) = match policy {
         PlacementPolicy::Naive => {
@@ -118,9 +123,8 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
             (window, 1)
         }
         PlacementPolicy::SwapOptimized => {
-            let choice = choose_residency(&weights, wsize, fixed, budget_bytes).ok_or_else(|| {
-                too_small(fixed + 2 * weights.iter().map(|&b| wsize(b)).min().unwrap_or(0))
-            })?;
+            let choice = choose_residency(&weights, wsize, fixed, budget_bytes)
+                .ok_or_else(|| too_small(fixed + 2 * weights.iter().map(|&b| wsize(b)).min().unwrap_or(0)))?;
             for &b in &choice.resident {
                 resident[b] = true;
             }
@@ -206,7 +210,11 @@ mod tests {
     use crate::memory::graph::{Precision, StepShape};
 
     fn graph() -> LayerGraph {
-        LayerGraph::build(&crate::memory::plan_test_config(), StepShape { tokens: 32, context: 128, logit_rows: 32 }, &Precision::f32())
+        LayerGraph::build(
+            &crate::memory::plan_test_config(),
+            StepShape { tokens: 32, context: 128, logit_rows: 32 },
+            &Precision::f32(),
+        )
     }
 
     #[test]
@@ -236,7 +244,9 @@ mod tests {
     #[test]
     fn packing_shrinks_activations_and_streams_less() {
         let g = graph();
-        let budget = g.bytes_of(BufferClass::Weight) / 2 + 2 * g.bytes_of(BufferClass::Activation) + g.bytes_of(BufferClass::KvCache);
+        let budget = g.bytes_of(BufferClass::Weight) / 2
+            + 2 * g.bytes_of(BufferClass::Activation)
+            + g.bytes_of(BufferClass::KvCache);
         let naive = plan_memory(&g, budget, PlacementPolicy::Naive).unwrap();
         let opt = plan_memory(&g, budget, PlacementPolicy::SwapOptimized).unwrap();
         assert!(opt.activation_bytes < naive.activation_bytes);

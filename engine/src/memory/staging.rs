@@ -92,7 +92,8 @@ impl StagingArena {
         let t0 = Instant::now();
         let (req_tx, req_rx) = mpsc::channel::<(usize, Vec<u8>)>();
         let (done_tx, done_rx) = mpsc::channel::<Filled>();
-        let plan: Vec<Vec<Arc<[u8]>>> = ops.iter().map(|o| o.sources.iter().map(|&s| sources[s].clone()).collect()).collect();
+        let plan: Vec<Vec<Arc<[u8]>>> =
+            ops.iter().map(|o| o.sources.iter().map(|&s| sources[s].clone()).collect()).collect();
         let stager = thread::Builder::new()
             .name("vnpu-staging".into())
             .spawn(move || {
@@ -129,7 +130,10 @@ impl StagingArena {
         for i in 0..ops.len() {
             let filled = done_rx.recv().map_err(|_| lost())?;
             if filled.op != i {
-                return Err(EngineError::Backend { backend: "vnpu".into(), reason: format!("staged op {} arrived for {i}", filled.op) });
+                return Err(EngineError::Backend {
+                    backend: "vnpu".into(),
+                    reason: format!("staged op {} arrived for {i}", filled.op),
+                });
             }
             if filled.len > 0 {
                 report.bytes_transferred += filled.len as u64;
@@ -176,7 +180,8 @@ mod tests {
     #[test]
     fn staged_bytes_arrive_intact_in_order() {
         let sources: Vec<Arc<[u8]>> = (0..4u8).map(|i| Arc::from(vec![i; 1000 + i as usize])).collect();
-        let ops: Vec<StagedOp> = (0..4).map(|i| StagedOp { name: format!("op{i}"), sources: vec![i, (i + 1) % 4] }).collect();
+        let ops: Vec<StagedOp> =
+            (0..4).map(|i| StagedOp { name: format!("op{i}"), sources: vec![i, (i + 1) % 4] }).collect();
         let arena = StagingArena::new(4096);
         let mut seen = Vec::new();
         let r = arena

@@ -141,8 +141,8 @@ impl ModelConfig {
     /// Reads `config.json` from an HF model directory or file path.
     pub fn from_hf_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
-        let json: Value = serde_json::from_str(&text)
-            .map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))?;
+        let json: Value =
+            serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))?;
         Self::from_hf_json(&json, path)
     }
 
@@ -335,8 +335,7 @@ impl HfReader<'_> {
         self.json.get(key).filter(|v| !v.is_null())
     }
     fn usize(&self, key: &str) -> Result<usize> {
-        self.opt_usize(key)?
-            .ok_or_else(|| EngineError::config(self.path, format!("missing integer `{key}`")))
+        self.opt_usize(key)?.ok_or_else(|| EngineError::config(self.path, format!("missing integer `{key}`")))
     }
     fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
@@ -366,10 +365,9 @@ impl HfReader<'_> {
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a boolean"))),
+            Some(v) => {
+                v.as_bool().map(Some).ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a boolean")))
+            }
         }
     }
 }

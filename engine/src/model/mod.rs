@@ -58,7 +58,10 @@ pub fn is_gguf(path: &Path) -> bool {
 /// Loads config and weights only (no tokenizer): an HF directory or a `.gguf` file.
 pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     if !path.exists() {
-        return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
+        return Err(EngineError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+        ));
     }
     if is_gguf(path) {
         let file = gguf::GgufFile::open(path)?;
@@ -84,7 +87,10 @@ pub fn load_gguf_transformer(file: &gguf::GgufFile) -> Result<(Transformer, u64)
 /// Loads a GGUF file with its embedded tokenizer and chat template.
 fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
     if !path.exists() {
-        return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
+        return Err(EngineError::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+        ));
     }
     let file = gguf::GgufFile::open(path)?;
     let (transformer, file_bytes) = load_gguf_transformer(&file)?;
@@ -92,7 +98,11 @@ fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
     if tokenizer.vocab_size() > transformer.config.vocab {
         return Err(EngineError::Tokenizer {
             path: path.to_owned(),
-            reason: format!("{} tokens, more than the model's vocab of {}", tokenizer.vocab_size(), transformer.config.vocab),
+            reason: format!(
+                "{} tokens, more than the model's vocab of {}",
+                tokenizer.vocab_size(),
+                transformer.config.vocab
+            ),
         });
     }
     let template = gguf::tokenizer::chat_template_from_gguf(&file, transformer.config.arch);
@@ -117,7 +127,11 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
     if tokenizer.vocab_size() > transformer.config.vocab {
         return Err(EngineError::Tokenizer {
             path: dir.join("tokenizer.json"),
-            reason: format!("{} tokens, more than the model's vocab of {}", tokenizer.vocab_size(), transformer.config.vocab),
+            reason: format!(
+                "{} tokens, more than the model's vocab of {}",
+                tokenizer.vocab_size(),
+                transformer.config.vocab
+            ),
         });
     }
     let gen_path = dir.join("generation_config.json");

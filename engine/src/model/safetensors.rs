@@ -99,7 +99,11 @@ type HeaderTensor = (String, DType, Vec<usize>, usize, usize);
 /// Parses and validates the JSON header; returns the data start and every tensor's byte range.
 fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)> {
     if bytes.len() < 8 {
-        return Err(corrupt(path, FORMAT, format!("file is {} bytes, shorter than the 8-byte header length", bytes.len())));
+        return Err(corrupt(
+            path,
+            FORMAT,
+            format!("file is {} bytes, shorter than the 8-byte header length", bytes.len()),
+        ));
     }
     let n = u64::from_le_bytes(bytes[..8].try_into().map_err(|_| corrupt(path, FORMAT, "short header"))?);
     if n > MAX_HEADER || n + 8 > bytes.len() as u64 {
@@ -123,9 +127,7 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
             "I64" => DType::I64,
             "I32" => DType::I32,
             "U8" => DType::U8,
-            other => {
-                return Err(EngineError::UnsupportedDType { name: name.clone(), dtype: other.to_owned() })
-            }
+            other => return Err(EngineError::UnsupportedDType { name: name.clone(), dtype: other.to_owned() }),
         };
         let shape: Vec<usize> = info
             .get("shape")
@@ -143,12 +145,20 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
         let begin = offs[0].as_u64().unwrap_or(u64::MAX) as usize;
         let end = offs[1].as_u64().unwrap_or(u64::MAX) as usize;
         if begin > end || end > data_len {
-            return Err(corrupt(path, FORMAT, format!("`{name}` data [{begin}, {end}) outside the {data_len} data bytes (truncated file?)")));
+            return Err(corrupt(
+                path,
+                FORMAT,
+                format!("`{name}` data [{begin}, {end}) outside the {data_len} data bytes (truncated file?)"),
+            ));
         }
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         let expect = numel.and_then(|n| dtype.bytes_for(n));
         if expect != Some(end - begin) {
-            return Err(corrupt(path, FORMAT, format!("`{name}`: shape {shape:?} as {dtype} needs {expect:?} bytes, header gives {}", end - begin)));
+            return Err(corrupt(
+                path,
+                FORMAT,
+                format!("`{name}`: shape {shape:?} as {dtype} needs {expect:?} bytes, header gives {}", end - begin),
+            ));
         }
         out.push((name.clone(), dtype, shape, begin, end));
     }
@@ -268,8 +278,10 @@ mod tests {
     #[test]
     fn sharded_index_is_followed() {
         let dir = tempfile::tempdir().unwrap();
-        write_safetensors(&dir.path().join("m-1.safetensors"), &[("a", DType::F32, vec![1], f32_bytes(&[1.0]))]).unwrap();
-        write_safetensors(&dir.path().join("m-2.safetensors"), &[("b", DType::F32, vec![1], f32_bytes(&[2.0]))]).unwrap();
+        write_safetensors(&dir.path().join("m-1.safetensors"), &[("a", DType::F32, vec![1], f32_bytes(&[1.0]))])
+            .unwrap();
+        write_safetensors(&dir.path().join("m-2.safetensors"), &[("b", DType::F32, vec![1], f32_bytes(&[2.0]))])
+            .unwrap();
         std::fs::write(
             dir.path().join("model.safetensors.index.json"),
             r#"{"metadata":{},"weight_map":{"a":"m-1.safetensors","b":"m-2.safetensors"}}"#,

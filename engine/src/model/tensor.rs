@@ -157,16 +157,17 @@ impl RawTensor {
     }
     /// Converts a dense tensor to f32 values (copies).
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        crate::kernels::quant::dequantize(self.dtype, self.data.as_slice(), self.numel()).ok_or_else(|| {
-            EngineError::UnsupportedDType { name: self.name.clone(), dtype: self.dtype.to_string() }
-        })
+        crate::kernels::quant::dequantize(self.dtype, self.data.as_slice(), self.numel())
+            .ok_or_else(|| EngineError::UnsupportedDType { name: self.name.clone(), dtype: self.dtype.to_string() })
     }
     /// Integer tensors (I64/I32) as i64 values.
     pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
         let b = self.data.as_slice();
         match self.dtype {
             DType::I64 => Ok(b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
-            DType::I32 => Ok(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64).collect()),
+            DType::I32 => {
+                Ok(b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap_or([0; 4])) as i64).collect())
+            }
             _ => Err(EngineError::UnsupportedDType { name: self.name.clone(), dtype: self.dtype.to_string() }),
         }
     }

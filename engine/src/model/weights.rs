@@ -66,7 +66,11 @@ impl ModelWeights {
             t.to_f32_vec()
         };
         let opt_vec = |name: String, n: usize| -> Result<Option<Vec<f32>>> {
-            if src.contains(&name) { vec(name, n).map(Some) } else { Ok(None) }
+            if src.contains(&name) {
+                vec(name, n).map(Some)
+            } else {
+                Ok(None)
+            }
         };
         let embedding = lin(names.global(Global::Embedding), v, h)?;
         let lm_name = names.global(Global::LmHead);
@@ -109,7 +113,10 @@ impl ModelWeights {
                     Some(vec(names.layer(l, Part::KNorm), cfg.head_dim)?),
                 )
             } else {
-                (opt_vec(names.layer(l, Part::QNorm), cfg.head_dim)?, opt_vec(names.layer(l, Part::KNorm), cfg.head_dim)?)
+                (
+                    opt_vec(names.layer(l, Part::QNorm), cfg.head_dim)?,
+                    opt_vec(names.layer(l, Part::KNorm), cfg.head_dim)?,
+                )
             };
             layers.push(LayerWeights {
                 attn_norm: vec(names.layer(l, Part::AttnNorm), h)?,
@@ -214,20 +221,13 @@ fn load_experts(
             let gates = split(Part::Gate, ffn, h)?;
             let ups = split(Part::Up, ffn, h)?;
             let downs = split(Part::Down, h, ffn)?;
-            Ok(gates
-                .into_iter()
-                .zip(ups)
-                .zip(downs)
-                .map(|((gate, up), down)| Expert { gate, up, down })
-                .collect())
+            Ok(gates.into_iter().zip(ups).zip(downs).map(|((gate, up), down)| Expert { gate, up, down }).collect())
         }
     }
 }
 
 fn bytes_for(dtype: DType, n: usize, name: &str) -> Result<usize> {
-    dtype
-        .bytes_for(n)
-        .ok_or_else(|| EngineError::UnsupportedDType { name: name.to_owned(), dtype: dtype.to_string() })
+    dtype.bytes_for(n).ok_or_else(|| EngineError::UnsupportedDType { name: name.to_owned(), dtype: dtype.to_string() })
 }
 
 fn sub_bytes(b: &TensorBytes, start: usize, len: usize) -> TensorBytes {

@@ -41,7 +41,9 @@ pub fn to_chrome_trace(t: &Timeline, power: &LanePower) -> Value {
             if pid == WALL_PID && !has_wall {
                 continue;
             }
-            ev.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid(lane), "args": {"name": lane.label()}}));
+            ev.push(
+                json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid(lane), "args": {"name": lane.label()}}),
+            );
             ev.push(json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid(lane), "args": {"sort_index": tid(lane)}}));
         }
     }
@@ -55,10 +57,14 @@ pub fn to_chrome_trace(t: &Timeline, power: &LanePower) -> Value {
         }
     }
     for (ts, mw) in power_steps(t, power) {
-        ev.push(json!({"ph": "C", "name": "power (simulated)", "pid": SIM_PID, "tid": 0, "ts": us(ts), "args": {"mW": mw}}));
+        ev.push(
+            json!({"ph": "C", "name": "power (simulated)", "pid": SIM_PID, "tid": 0, "ts": us(ts), "args": {"mW": mw}}),
+        );
     }
     for c in &t.counters {
-        ev.push(json!({"ph": "C", "name": c.name, "pid": SIM_PID, "tid": 0, "ts": us(c.t_sim), "args": {"value": c.value}}));
+        ev.push(
+            json!({"ph": "C", "name": c.name, "pid": SIM_PID, "tid": 0, "ts": us(c.t_sim), "args": {"value": c.value}}),
+        );
     }
     json!({"traceEvents": ev, "displayTimeUnit": "ms",
            "otherData": {"device": t.device, "time_base": "simulated device time; pid 2 carries measured wall time"}})

@@ -76,7 +76,13 @@ pub fn engine_precision(model: &Transformer) -> Precision {
 /// Measures `model` at each block size over a cached prefix of `prefix` positions (clamped to the
 /// model's context) and compares with the cost model on `profile`'s CPU using this machine's thread
 /// count. `reps` ≥ 1 timed runs per point; the best is kept.
-pub fn calibrate(model: &Transformer, profile: &DeviceProfile, block_sizes: &[usize], prefix: usize, reps: usize) -> Result<CalibrationReport> {
+pub fn calibrate(
+    model: &Transformer,
+    profile: &DeviceProfile,
+    block_sizes: &[usize],
+    prefix: usize,
+    reps: usize,
+) -> Result<CalibrationReport> {
     let threads = crate::threads::init(0);
     let cfg = &model.config;
     let precision = engine_precision(model);
@@ -98,14 +104,20 @@ pub fn calibrate(model: &Transformer, profile: &DeviceProfile, block_sizes: &[us
     let mut points = Vec::new();
     for &b in block_sizes {
         if b == 0 || b > cfg.max_seq {
-            return Err(EngineError::InvalidRequest(format!("block of {b} tokens outside the model context of {}", cfg.max_seq)));
+            return Err(EngineError::InvalidRequest(format!(
+                "block of {b} tokens outside the model context of {}",
+                cfg.max_seq
+            )));
         }
         let pre = prefix.min(cfg.max_seq - b);
         let mut cache = model.new_cache(pre + b);
         if pre > 0 {
             let toks = vec![token; pre];
             let pos: Vec<usize> = (0..pre).collect();
-            model.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[], kv: KvMode::ReadWrite }, Some(&mut cache))?;
+            model.forward(
+                &ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[], kv: KvMode::ReadWrite },
+                Some(&mut cache),
+            )?;
         }
         let toks = vec![token; b];
         let pos: Vec<usize> = (pre..pre + b).collect();

@@ -53,7 +53,10 @@ impl ComputeTarget {
     /// The profile's NPU at `precision`.
     pub fn npu(profile: &DeviceProfile, precision: &Precision) -> Result<Self> {
         let Some(n) = &profile.npu else {
-            return Err(EngineError::Backend { backend: "vnpu".into(), reason: format!("profile `{}` has no NPU", profile.name) });
+            return Err(EngineError::Backend {
+                backend: "vnpu".into(),
+                reason: format!("profile `{}` has no NPU", profile.name),
+            });
         };
         let tops = match precision.matrix {
             MatrixDType::Int8 => n.int8_tops.value,
@@ -181,7 +184,15 @@ pub fn op_cost(target: &ComputeTarget, graph: &LayerGraph, op: &Operator) -> OpC
     };
     let memory_s = bytes / target.mem_bytes_per_s;
     let overhead_s = target.per_op_overhead_s;
-    OpCost { compute_s, memory_s, overhead_s, time_s: compute_s.max(memory_s) + overhead_s, flops, padded_flops: padded, dram_bytes: bytes }
+    OpCost {
+        compute_s,
+        memory_s,
+        overhead_s,
+        time_s: compute_s.max(memory_s) + overhead_s,
+        flops,
+        padded_flops: padded,
+        dram_bytes: bytes,
+    }
 }
 
 /// One static shape a graph was compiled for.

@@ -172,7 +172,9 @@ impl VirtualNpu {
     fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
         let block: HashSet<usize> = req.positions.iter().copied().collect();
         let cached = match (cache, req.kv) {
-            (Some(c), KvMode::Read | KvMode::ReadWrite) => c.valid_positions().into_iter().filter(|p| !block.contains(p)).count(),
+            (Some(c), KvMode::Read | KvMode::ReadWrite) => {
+                c.valid_positions().into_iter().filter(|p| !block.contains(p)).count()
+            }
             _ => 0,
         };
         cached + req.tokens.len()
@@ -222,7 +224,11 @@ impl Backend for VirtualNpu {
     }
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let n = req.tokens.len();
-        let shape = StepShape { tokens: n, context: Self::context_of(req, cache.as_deref()), logit_rows: req.logits_rows.len() };
+        let shape = StepShape {
+            tokens: n,
+            context: Self::context_of(req, cache.as_deref()),
+            logit_rows: req.logits_rows.len(),
+        };
         // Check the device's rules before running: a shape without a graph or a plan that does not
         // fit the NPU-visible space fails here, as it would on the phone.
         let step = if n > 0 { Some(self.sim.simulate(shape)?) } else { None };

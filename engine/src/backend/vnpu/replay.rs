@@ -56,7 +56,13 @@ impl DecodeTrace {
             steps.push(DecodeStepRecord { tokens: b, context: ctx, logit_rows: 0 });
             done += b;
         }
-        DecodeTrace { name: format!("block decoding: prompt {prompt}, answer {answer}, block {block}, {steps_per_block} steps/block"), steps, answer_tokens: answer }
+        DecodeTrace {
+            name: format!(
+                "block decoding: prompt {prompt}, answer {answer}, block {block}, {steps_per_block} steps/block"
+            ),
+            steps,
+            answer_tokens: answer,
+        }
     }
 
     /// Autoregressive decoding: prefill, then one token per forward.
@@ -326,12 +332,33 @@ pub fn llada_comparison(settings: &ComparisonSettings, answer_lengths: &[usize])
     let cores = profile.cpu.total_cores();
     let mut rows = Vec::new();
     for &answer in answer_lengths {
-        let dllm = DecodeTrace::block_decoding(settings.prompt_tokens, answer, settings.block, settings.steps_per_block);
+        let dllm =
+            DecodeTrace::block_decoding(settings.prompt_tokens, answer, settings.block, settings.steps_per_block);
         let ar = DecodeTrace::autoregressive(settings.prompt_tokens, answer);
-        let a = replay(&dllm, &mut cpu_simulator(&llada, &profile, cores), &profile.name, &format!("cpu x{cores} prefix-KV"))?;
-        let b = replay(&dllm, &mut simulator_for(&llada, &profile, &npu_config(PlacementPolicy::Naive))?, &profile.name, "npu naive offload")?;
-        let c = replay(&dllm, &mut simulator_for(&llada, &profile, &npu_config(PlacementPolicy::SwapOptimized))?, &profile.name, "npu memory runtime")?;
-        let d = replay(&ar, &mut simulator_for(&llama, &profile, &npu_config(PlacementPolicy::SwapOptimized))?, &profile.name, "npu memory runtime, AR")?;
+        let a = replay(
+            &dllm,
+            &mut cpu_simulator(&llada, &profile, cores),
+            &profile.name,
+            &format!("cpu x{cores} prefix-KV"),
+        )?;
+        let b = replay(
+            &dllm,
+            &mut simulator_for(&llada, &profile, &npu_config(PlacementPolicy::Naive))?,
+            &profile.name,
+            "npu naive offload",
+        )?;
+        let c = replay(
+            &dllm,
+            &mut simulator_for(&llada, &profile, &npu_config(PlacementPolicy::SwapOptimized))?,
+            &profile.name,
+            "npu memory runtime",
+        )?;
+        let d = replay(
+            &ar,
+            &mut simulator_for(&llama, &profile, &npu_config(PlacementPolicy::SwapOptimized))?,
+            &profile.name,
+            "npu memory runtime, AR",
+        )?;
         rows.push(ComparisonRow {
             answer_tokens: answer,
             speedup_naive_vs_cpu: a.simulated_latency_s / b.simulated_latency_s,

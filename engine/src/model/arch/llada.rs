@@ -36,6 +36,15 @@ impl NameScheme for LladaNames {
     }
     fn expert(&self, l: usize, e: usize, p: Part) -> String {
         // Dense LLaDA has no experts; this naming only serves hypothetical MoE variants.
-        format!("model.transformer.blocks.{l}.experts.{e}.{}", if p == Part::Up { "up_proj.weight" } else if p == Part::Gate { "ff_proj.weight" } else { "ff_out.weight" })
+        format!(
+            "model.transformer.blocks.{l}.experts.{e}.{}",
+            if p == Part::Up {
+                "up_proj.weight"
+            } else if p == Part::Gate {
+                "ff_proj.weight"
+            } else {
+                "ff_out.weight"
+            }
+        )
     }
 }

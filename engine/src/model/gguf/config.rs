@@ -22,11 +22,11 @@ impl Keys<'_> {
     fn opt_usize_abs(&self, key: &str) -> Result<Option<usize>> {
         match self.meta.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a non-negative integer: {v:?}"))),
+            Some(v) => {
+                v.as_u64().and_then(|x| usize::try_from(x).ok()).map(Some).ok_or_else(|| {
+                    EngineError::config(self.path, format!("`{key}` is not a non-negative integer: {v:?}"))
+                })
+            }
         }
     }
     fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
@@ -95,7 +95,9 @@ impl ModelConfig {
                     .tensor_info("token_embd.weight")
                     .and_then(|t| t.ne.get(1).copied())
                     .map(|v| v as usize)
-                    .ok_or_else(|| EngineError::config(path, format!("no `{arch_s}.vocab_size`, tokens or token_embd")))?,
+                    .ok_or_else(|| {
+                        EngineError::config(path, format!("no `{arch_s}.vocab_size`, tokens or token_embd"))
+                    })?,
             },
         };
         let moe = match k.opt_usize("expert_count")? {
@@ -140,7 +142,11 @@ impl ModelConfig {
             causal,
             shift_logits,
             tie_embeddings: !file.contains("output.weight"),
-            mask_token_id: k.opt_u32_abs("tokenizer.ggml.mask_token_id")?.or(if diffusion { arch.default_mask_id() } else { None }),
+            mask_token_id: k.opt_u32_abs("tokenizer.ggml.mask_token_id")?.or(if diffusion {
+                arch.default_mask_id()
+            } else {
+                None
+            }),
             bos_token_id: k.opt_u32_abs("tokenizer.ggml.bos_token_id")?,
             eos_token_id: k.opt_u32_abs("tokenizer.ggml.eos_token_id")?,
             eot_token_id: k.opt_u32_abs("tokenizer.ggml.eot_token_id")?,

@@ -34,7 +34,14 @@ pub struct GgufFile {
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GgufFile({}, v{}, {} keys, {} tensors)", self.path.display(), self.version, self.metadata.len(), self.tensors.len())
+        write!(
+            f,
+            "GgufFile({}, v{}, {} keys, {} tensors)",
+            self.path.display(),
+            self.version,
+            self.metadata.len(),
+            self.tensors.len()
+        )
     }
 }
 
@@ -125,8 +132,10 @@ impl TensorSource for GgufFile {
         let t = self
             .tensor_info(name)
             .ok_or_else(|| EngineError::MissingTensor { path: self.path.clone(), name: name.to_owned() })?;
-        let dtype = dtype_of(t.ggml_type)
-            .ok_or_else(|| EngineError::UnsupportedDType { name: name.to_owned(), dtype: t.ggml_type.name.to_owned() })?;
+        let dtype = dtype_of(t.ggml_type).ok_or_else(|| EngineError::UnsupportedDType {
+            name: name.to_owned(),
+            dtype: t.ggml_type.name.to_owned(),
+        })?;
         // ggml lists the innermost dimension first; our shapes are row-major, outermost first.
         let shape: Vec<usize> = t.ne.iter().rev().map(|&d| d as usize).collect();
         // Bounds were checked against the file length in `reader::parse`.
@@ -421,7 +430,9 @@ mod tests {
         let (_d, f) = open_bytes(&b);
         let f = f.unwrap();
         match f.get("blk.0.q5") {
-            Err(EngineError::UnsupportedDType { name, dtype }) => assert_eq!((name.as_str(), dtype.as_str()), ("blk.0.q5", "Q5_K")),
+            Err(EngineError::UnsupportedDType { name, dtype }) => {
+                assert_eq!((name.as_str(), dtype.as_str()), ("blk.0.q5", "Q5_K"))
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -98,7 +98,11 @@ impl<'a> Cursor<'a> {
             return Err(corrupt(
                 self.path,
                 FORMAT,
-                format!("truncated file: {what} needs {n} bytes at offset {}, only {} left", self.pos, self.remaining()),
+                format!(
+                    "truncated file: {what} needs {n} bytes at offset {}, only {} left",
+                    self.pos,
+                    self.remaining()
+                ),
             ));
         }
         let s = &self.bytes[self.pos..self.pos + n];
@@ -125,7 +129,11 @@ impl<'a> Cursor<'a> {
             return Err(corrupt(
                 self.path,
                 FORMAT,
-                format!("{what} of {n} at offset {} exceeds the {} bytes left in the file", self.pos - 8, self.remaining()),
+                format!(
+                    "{what} of {n} at offset {} exceeds the {} bytes left in the file",
+                    self.pos - 8,
+                    self.remaining()
+                ),
             ));
         }
         Ok(n as usize)
@@ -174,7 +182,8 @@ impl<'a> Cursor<'a> {
     fn value_type(&mut self, what: &str) -> Result<ValueType> {
         let at = self.pos;
         let t = self.u32(what)?;
-        ValueType::from_id(t).ok_or_else(|| corrupt(self.path, FORMAT, format!("unknown value type {t} at offset {at}")))
+        ValueType::from_id(t)
+            .ok_or_else(|| corrupt(self.path, FORMAT, format!("unknown value type {t} at offset {at}")))
     }
 }
 

@@ -25,7 +25,8 @@ const TOKEN_USER_DEFINED: i64 = 4;
 /// Llama-3 pre-tokenizer split (llama.cpp `llama-bpe`).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2 split: as Llama-3 but digits one at a time.
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// SmolLM2's default system prompt (its chat template inserts it when none is given).
 const SMOLLM_SYSTEM: &str = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
@@ -63,7 +64,9 @@ fn pre_tokenizer(path: &Path, pre: &str) -> Result<PreTokenizerWrapper> {
             parts.push(ByteLevel::new(false, false, false).into());
             Ok(Sequence::new(parts).into())
         }
-        "default" | "gpt-2" | "gpt2" | "mpt" | "gpt-neox" | "olmo" | "" => Ok(ByteLevel::new(false, false, true).into()),
+        "default" | "gpt-2" | "gpt2" | "mpt" | "gpt-neox" | "olmo" | "" => {
+            Ok(ByteLevel::new(false, false, true).into())
+        }
         other => Err(err(path, format!("unsupported pre-tokenizer `{other}`"))),
     }
 }
@@ -79,7 +82,8 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
     if model != "gpt2" {
         return Err(err(path, format!("unsupported tokenizer model {model}")));
     }
-    let tokens = meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
+    let tokens =
+        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
     let merges = meta.str_array("tokenizer.ggml.merges").unwrap_or_default();
     let types: Vec<i64> = match meta.get("tokenizer.ggml.token_type").and_then(|t| t.as_array()) {
         Some(a) => a.iter().map(|v| v.as_i64().unwrap_or(1)).collect(),
@@ -140,7 +144,8 @@ fn spm_tokenizer(file: &GgufFile) -> Result<TextTokenizer> {
 
     let path = file.path();
     let meta = file.metadata();
-    let tokens = meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
+    let tokens =
+        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
     let scores: Vec<f64> = match meta.get("tokenizer.ggml.scores").and_then(|t| t.as_array()) {
         Some(a) if a.len() == tokens.len() => a.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect(),
         _ => return Err(err(path, "SPM vocabulary without one `tokenizer.ggml.scores` entry per token")),

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::ggml_id_of;
 use super::metadata::GgufValue;
 use super::reader::{DEFAULT_ALIGNMENT, GGUF_MAGIC};
-use super::ggml_id_of;
 use crate::error::{EngineError, Result};
 use crate::kernels::quant::quantize_q8_0;
 use crate::model::arch::gguf_names::GgufNames;
@@ -46,7 +46,13 @@ impl GgufWriter {
     }
 
     /// Adds a tensor from its already-encoded bytes (`shape` row-major, outermost first).
-    pub fn add_raw_tensor(&mut self, name: impl Into<String>, dtype: DType, shape: &[usize], data: Vec<u8>) -> Result<()> {
+    pub fn add_raw_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: &[usize],
+        data: Vec<u8>,
+    ) -> Result<()> {
         let name = name.into();
         let n: usize = shape.iter().product();
         let row = shape.last().copied().unwrap_or(1);
@@ -61,7 +67,13 @@ impl GgufWriter {
     }
 
     /// Encodes f32 values as `dtype` (F32, F16 or Q8_0) and adds them.
-    pub fn add_f32_tensor(&mut self, name: impl Into<String>, dtype: DType, shape: &[usize], values: &[f32]) -> Result<()> {
+    pub fn add_f32_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: DType,
+        shape: &[usize],
+        values: &[f32],
+    ) -> Result<()> {
         let name = name.into();
         let data = encode_f32(values, dtype).ok_or_else(|| EngineError::UnsupportedDType {
             name: name.clone(),
@@ -149,10 +161,7 @@ fn encode_f32(values: &[f32], dtype: DType) -> Option<Vec<u8>> {
 
 /// A string-array metadata value.
 pub fn string_array<S: AsRef<str>>(items: &[S]) -> GgufValue {
-    GgufValue::Array(
-        super::ValueType::String,
-        items.iter().map(|s| GgufValue::String(s.as_ref().to_owned())).collect(),
-    )
+    GgufValue::Array(super::ValueType::String, items.iter().map(|s| GgufValue::String(s.as_ref().to_owned())).collect())
 }
 
 /// Reorders the rows of each head from rotate-half to adjacent-pair order (llama.cpp `permute`):
@@ -211,8 +220,21 @@ pub fn export_gguf(model_dir: &Path, out_path: &Path, dtype: DType) -> Result<()
         }
     }
     let parts = [
-        Part::AttnNorm, Part::Q, Part::K, Part::V, Part::O, Part::QBias, Part::KBias, Part::VBias,
-        Part::QNorm, Part::KNorm, Part::FfnNorm, Part::Gate, Part::Up, Part::Down, Part::Router,
+        Part::AttnNorm,
+        Part::Q,
+        Part::K,
+        Part::V,
+        Part::O,
+        Part::QBias,
+        Part::KBias,
+        Part::VBias,
+        Part::QNorm,
+        Part::KNorm,
+        Part::FfnNorm,
+        Part::Gate,
+        Part::Up,
+        Part::Down,
+        Part::Router,
     ];
     for l in 0..cfg.n_layers {
         for p in parts {
@@ -342,7 +364,8 @@ fn write_tokenizer_keys(w: &mut GgufWriter, cfg: &ModelConfig, path: &Path) -> R
         put(id, s, TOKEN_NORMAL);
     }
     for t in json.get("added_tokens").and_then(|a| a.as_array()).map(|a| a.as_slice()).unwrap_or(&[]) {
-        let (Some(id), Some(s)) = (t.get("id").and_then(|i| i.as_u64()), t.get("content").and_then(|c| c.as_str())) else {
+        let (Some(id), Some(s)) = (t.get("id").and_then(|i| i.as_u64()), t.get("content").and_then(|c| c.as_str()))
+        else {
             continue;
         };
         let special = t.get("special").and_then(|s| s.as_bool()).unwrap_or(false);
@@ -421,11 +444,17 @@ mod tests {
 
     #[test]
     fn pre_tokenizer_names_are_detected() {
-        let split = |re: &str| serde_json::json!({"type": "Sequence", "pretokenizers": [
+        let split = |re: &str| {
+            serde_json::json!({"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false},
-            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]});
-        let llama3 = split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+");
-        let qwen = split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+");
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]})
+        };
+        let llama3 = split(
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        );
+        let qwen = split(
+            r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+        );
         let smol = serde_json::json!({"type": "Sequence", "pretokenizers": [
             {"type": "Digits", "individual_digits": true},
             {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}]});
