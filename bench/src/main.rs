@@ -1,6 +1,7 @@
 //! Benchmark harness. Each suite prints progress to stderr and writes `bench/results/SUITE.json`
 //! with a top-level `headline` object holding the figures its issue names.
 
+mod ablation;
 mod decoding;
 mod forward;
 mod quality;
@@ -16,6 +17,7 @@ const SUITES: &[(&str, &str)] = &[
     ("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)"),
     ("quality", "embedded models' exact-match accuracy on the held-out tasks (issue 4)"),
     ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
+    ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both (issue 6)"),
 ];
 
 fn main() -> Result<()> {
@@ -39,6 +41,7 @@ fn main() -> Result<()> {
             "forward" => forward::run(quick)?,
             "quality" => quality::run(quick)?,
             "decoding" => decoding::run(quick)?,
+            "ablation" => ablation::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {
