@@ -59,7 +59,11 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
         v("sliding_window", DecodeSettings { speculative: None, ..prefix.clone() }, true),
         v("speculative", DecodeSettings { speculative: spec.clone(), ..prefix.clone() }, true),
         v("revision", DecodeSettings { revision: rev.clone(), ..prefix.clone() }, true),
-        v("spec_revision", DecodeSettings { speculative: spec, revision: rev, ..prefix }, true),
+        v("spec_revision", DecodeSettings { speculative: spec, revision: rev, ..prefix.clone() }, true),
+        // Small sweep behind the revision defaults (margin 0.2, visible 0.7).
+        v("revision_margin_0.05", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.05, ..Default::default() }), ..prefix.clone() }, true),
+        v("revision_margin_0.4", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.4, ..Default::default() }), ..prefix.clone() }, true),
+        v("revision_visible_0.5", DecodeSettings { revision: Some(RevisionSettings { visible_threshold: 0.5, ..Default::default() }), ..prefix }, true),
     ]
 }
 
@@ -73,6 +77,11 @@ struct Extra {
     cpu_forwards: usize,
     revisions: usize,
     merges: usize,
+    /// Revisions that turned a wrong token into the target one / a right one into a wrong one /
+    /// a wrong one into another wrong one (against the answer's tokens).
+    revision_fixed: usize,
+    revision_broke: usize,
+    revision_neutral: usize,
     /// (commit confidence, token correct) per generated position with a known target.
     calibration: Vec<(f32, bool)>,
 }
@@ -89,11 +98,32 @@ fn run_variant(
     let cancel = CancelFlag::new();
     for ex in examples {
         let ids = tok.encode(&ex.prompt)?;
+        // Calibration target: the answer's tokens, then any stop token.
+        let target = tok.encode(ex.answer.trim())?;
+        let p0 = ids.len();
+        let right = |pos: usize, t: u32| match target.get(pos - p0) {
+            Some(&want) => t == want,
+            None => stop.contains(&t),
+        };
         let (mut sim, mut pad) = (0.0, 0usize);
+        let mut held: Vec<Option<u32>> = vec![None; ids.len() + v.settings.gen_length];
+        let (mut fixed, mut broke, mut neutral) = (0usize, 0usize, 0usize);
         let (out, stats): (DecodeOutput, DualPathStats) = {
             let mut sink = |f: &StepFrame| {
                 sim += sim_cost(f.forward_tokens);
                 pad += padded(f.forward_tokens);
+                let n_held = held.len();
+                for c in f.changes.iter().filter(|c| !c.speculative && c.pos >= p0 && c.pos < n_held) {
+                    if let (true, Some(old)) = (c.revised, held[c.pos]) {
+                        match (right(c.pos, old), right(c.pos, c.token)) {
+                            (false, true) => fixed += 1,
+                            (true, false) => broke += 1,
+                            (false, false) if old != c.token => neutral += 1,
+                            _ => {}
+                        }
+                    }
+                    held[c.pos] = Some(c.token);
+                }
                 std::ops::ControlFlow::Continue(())
             };
             if v.npu_loop {
@@ -118,18 +148,14 @@ fn run_variant(
         x.cpu_forwards += stats.cpu_forwards;
         x.revisions += stats.revisions;
         x.merges += stats.merges.len();
-        // Calibration target: the answer's tokens, then any stop token.
-        let target = tok.encode(ex.answer.trim())?;
-        let p0 = out.canvas.prompt_len();
+        x.revision_fixed += fixed;
+        x.revision_broke += broke;
+        x.revision_neutral += neutral;
         for (i, &t) in out.tokens.iter().enumerate() {
             if out.canvas.state(p0 + i) == TokenState::Masked {
                 continue;
             }
-            let ok = match target.get(i) {
-                Some(&want) => t == want,
-                None => stop.contains(&t),
-            };
-            x.calibration.push((out.canvas.confidence(p0 + i), ok));
+            x.calibration.push((out.canvas.confidence(p0 + i), right(p0 + i, t)));
         }
         r.outputs.push(out.tokens);
     }
@@ -179,6 +205,7 @@ pub fn run(quick: bool) -> Result<Value> {
         v["cpu_path_forwards"] = json!(x.cpu_forwards);
         v["revisions"] = json!(x.revisions);
         v["kv_merges"] = json!(x.merges);
+        v["revisions_fixed_broke_neutral"] = json!([x.revision_fixed, x.revision_broke, x.revision_neutral]);
         v["token_agreement_vs_reference"] = json!(token_agreement(&results[reference].1, r));
         rows.insert((*name).to_owned(), v);
     }

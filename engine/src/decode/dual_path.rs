@@ -21,13 +21,20 @@
 //! 5. **Step boundary.** Revisions are applied, their K/V (side buffer, tiled fp16) merged into
 //!    the prefix cache, and the block's Visible tokens promoted when the block completes.
 //!
-//! Exact invariant: with acceptance off, speculation changes only which LM-head rows are
-//! requested, never the forward's token inputs, and LM-head rows are computed independently;
-//! so the tokens equal the same loop without speculation, and with `CacheMode::None` they equal
-//! the reference loop (`denoise.rs`). When a bucket-padded window is shorter than the canvas,
-//! the padding puts future mask tokens in the window that the current block attends to
-//! (bidirectional), so current-block logits differ from a window without them: that is the
-//! window planner's effect (present with speculation off too), not speculation's.
+//! Invariants (tested in `tests/decode_speculative.rs`):
+//! * No commit ever lands outside the current block; drafts are never committed while their
+//!   block is not current.
+//! * With acceptance off, the current block's commits at every step are exactly the base
+//!   policy's `select` over the current block's candidates *of that step's forward*.
+//! * Speculation touches the forward's token inputs only through the trigger extension of a
+//!   windowed (prefix-cache) forward. Drafts inside the window the planner would run anyway
+//!   (the whole canvas without a cache; the bucket padding with one) only add LM-head rows,
+//!   which are computed row-independently, so with acceptance off those runs are token-for-token
+//!   identical to speculation off — and, without a cache, to the reference loop (`denoise.rs`).
+//! * Not guaranteed: when the trigger extends a windowed forward, the extra future mask tokens
+//!   are attended to by the current block (bidirectional model), so its logits — and possibly
+//!   its commits — differ from a run without the extension. Likewise the bucket padding itself
+//!   (with speculation on or off) differs from Fast-dLLM's block-plus-whole-suffix window.
 
 use std::thread::ThreadId;
 use std::time::Instant;

@@ -2,6 +2,11 @@
 //! not yet in the KV cache, covers the rest of the current block, grows by a lookahead when the
 //! block is nearly done, and is padded up to the next compiled token bucket (the padding is
 //! paid for anyway, so it is filled with real future positions instead of pad tokens).
+//!
+//! With a cost profile the buckets come from the backend: drafts then fill the padding at every
+//! step for free, and the settings' `trigger` only decides when to pay for a larger bucket
+//! (`max_lookahead` more positions). Without one (CPU), `token_buckets` from the settings apply
+//! (empty = exact windows, lookahead only when triggered).
 
 use crate::backend::CostProfile;
 
