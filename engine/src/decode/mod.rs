@@ -23,6 +23,10 @@
 //! Which decoder runs follows the model: LLaDA / LLaDA-MoE use [`llada`]'s scorer, Dream
 //! (shifted logits) [`dream`]'s, causal models [`ar`]. `settings.threshold` switches the transfer
 //! rule to [`threshold`]; `settings.cache` picks the [`cache`] mode.
+//!
+//! NPU-aware decoding (issue 6): `settings.speculative` / `settings.revision` route LLaDA-style
+//! models to [`dual_path`] (sliding bucket-padded window, [`speculative`] drafts, [`revision`]
+//! on a concurrent CPU path; see [`window`] and [`tiled_kv`]).
 
 pub mod ar;
 pub mod cache;
