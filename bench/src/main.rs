@@ -1,6 +1,7 @@
 //! Benchmark harness. Each suite prints progress to stderr and writes `bench/results/SUITE.json`
 //! with a top-level `headline` object holding the figures its issue names.
 
+mod ablation;
 mod decoding;
 mod forward;
 mod npu;
@@ -18,6 +19,7 @@ const SUITES: &[(&str, &str)] = &[
     ("quality", "embedded models' exact-match accuracy on the held-out tasks (issue 4)"),
     ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
     ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750 (issue 7)"),
+    ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both (issue 6)"),
 ];
 
 fn main() -> Result<()> {
@@ -42,6 +44,7 @@ fn main() -> Result<()> {
             "quality" => quality::run(quick)?,
             "decoding" => decoding::run(quick)?,
             "npu" => npu::run(quick)?,
+            "ablation" => ablation::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

@@ -46,4 +46,9 @@ pub trait Backend: Send {
     fn cost_profile(&self) -> Option<CostProfile> {
         None
     }
+    /// A second, independent executor on the same weights for the CPU path of dual-path
+    /// revision (runs on its own thread next to this one); `None` = revision runs inline.
+    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+        None
+    }
 }

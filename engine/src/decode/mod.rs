@@ -23,6 +23,10 @@
 //! Which decoder runs follows the model: LLaDA / LLaDA-MoE use [`llada`]'s scorer, Dream
 //! (shifted logits) [`dream`]'s, causal models [`ar`]. `settings.threshold` switches the transfer
 //! rule to [`threshold`]; `settings.cache` picks the [`cache`] mode.
+//!
+//! NPU-aware decoding (issue 6): `settings.speculative` / `settings.revision` route LLaDA-style
+//! models to [`dual_path`] (sliding bucket-padded window, [`speculative`] drafts, [`revision`]
+//! on a concurrent CPU path; see [`window`] and [`tiled_kv`]).
 
 pub mod ar;
 pub mod cache;
@@ -30,13 +34,18 @@ pub mod canvas;
 pub mod chat;
 pub mod denoise;
 pub mod dream;
+pub mod dual_path;
 pub mod frame;
 pub mod llada;
 pub mod output;
 pub mod policy;
+pub mod revision;
 pub mod sampling;
 pub mod settings;
+pub mod speculative;
 pub mod threshold;
+pub mod tiled_kv;
+pub mod window;
 
 use std::ops::ControlFlow;
 
@@ -76,15 +85,25 @@ pub fn generate_dyn(
         return ar::generate_ar(backend, prompt, settings, cancel, on_frame);
     }
     settings.validate_for(&cfg, prompt)?;
-    let mut scorer: Box<dyn Scorer> = if cfg.shift_logits {
+    // NPU-aware decoding hook (issue 6): speculative windows / progressive revision.
+    if dual_path::is_enabled(settings) {
+        return dual_path::run(backend, prompt, settings, cancel, on_frame).map(|(out, _)| out);
+    }
+    let (mut scorer, mut policy) = scorer_and_policy(&cfg, settings);
+    denoise::run(backend, prompt, settings, scorer.as_mut(), policy.as_mut(), cancel, on_frame)
+}
+
+/// The scorer and transfer policy that fit `cfg` and `settings`.
+pub(crate) fn scorer_and_policy(cfg: &crate::model::ModelConfig, settings: &DecodeSettings) -> (Box<dyn Scorer>, Box<dyn TransferPolicy>) {
+    let scorer: Box<dyn Scorer> = if cfg.shift_logits {
         Box::new(dream::DreamScorer::new(settings))
     } else {
         Box::new(llada::LladaScorer::new(settings, settings.eos_id(&cfg), settings.eot_id(&cfg)))
     };
-    let mut policy: Box<dyn TransferPolicy> = match settings.threshold {
+    let policy: Box<dyn TransferPolicy> = match settings.threshold {
         Some(t) => Box::new(threshold::ThresholdPolicy::new(t)),
         None if cfg.shift_logits => Box::new(dream::DreamSchedule::new(settings, settings.steps_per_block())),
         None => Box::new(llada::ScheduledTopK::new(settings.steps_per_block())),
     };
-    denoise::run(backend, prompt, settings, scorer.as_mut(), policy.as_mut(), cancel, on_frame)
+    (scorer, policy)
 }

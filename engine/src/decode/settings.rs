@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
 
+// NPU-aware decoding hook (issue 6): settings live in their own modules.
+pub use super::revision::RevisionSettings;
+pub use super::speculative::SpeculativeSettings;
+
 /// How LLaDA scores a predicted token (which low-scored predictions stay masked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -83,6 +87,10 @@ pub struct DecodeSettings {
     pub top_p: Option<f64>,
     /// Top-k sampling (Dream and AR).
     pub top_k: Option<usize>,
+    /// NPU-aware decoding hook: multi-block speculative decoding (`None` = off).
+    pub speculative: Option<SpeculativeSettings>,
+    /// NPU-aware decoding hook: dual-path progressive revision (`None` = off).
+    pub revision: Option<RevisionSettings>,
 }
 
 impl Default for DecodeSettings {
@@ -107,6 +115,8 @@ impl Default for DecodeSettings {
             eps: 1e-3,
             top_p: None,
             top_k: None,
+            speculative: None,
+            revision: None,
         }
     }
 }
@@ -180,6 +190,8 @@ impl DecodeSettings {
         if self.cfg_scale > 0.0 && self.cache != CacheMode::None {
             return bad("classifier-free guidance is not supported together with a KV cache".into());
         }
+        // NPU-aware decoding hook: each feature checks its own knobs.
+        super::dual_path::validate(self)?;
         Ok(())
     }
 

@@ -47,4 +47,8 @@ impl Backend for CpuBackend {
         };
         Ok((out, stats))
     }
+    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+        // Shares the weights (Arc); the CPU path needs only its own call stack and buffers.
+        Some(Box::new(CpuBackend { model: Arc::clone(&self.model) }))
+    }
 }

@@ -1,0 +1,352 @@
+//! The NPU-aware decoding loop (issue 6): a sliding execution window with multi-block
+//! speculative lookahead ([`super::speculative`], sized by [`super::window`]) on the dense path,
+//! and progressive revision ([`super::revision`]) on a concurrent CPU path.
+//!
+//! Per step:
+//! 1. **Window.** Without a cache the forward is the whole canvas. With the prefix cache the
+//!    block's first step is Fast-dLLM's full refresh forward; later steps forward
+//!    `[frontier, end)` with `ReadWrite`, where `frontier` is the first position not in the
+//!    cache (the window slides right as tokens commit) and `end` comes from the planner (block
+//!    remainder, plus lookahead when the trigger fires, padded to the token bucket). After the
+//!    forward the cache keeps exactly `[0, first masked position)`: those positions held their
+//!    real tokens during the forward, so their K/V are fresh; positions committed by this step
+//!    enter the cache in the next step's window.
+//! 2. **Rows.** LM-head rows only for masked positions of the current block and (speculation)
+//!    masked future positions inside the window. Visible tokens get rows only on the CPU path,
+//!    Stable tokens never (selective logit skipping).
+//! 3. **CPU path.** While the dense forward runs, a scoped thread runs [`RevisionWorker`] on the
+//!    backend's `revision_backend()` (inline after the dense forward when there is none).
+//! 4. **Commit.** The base policy selects from the current block's candidates only (plus
+//!    accepted drafts on the block's first step); future-block predictions become drafts.
+//! 5. **Step boundary.** Revisions are applied, their K/V (side buffer, tiled fp16) merged into
+//!    the prefix cache, and the block's Visible tokens promoted when the block completes.
+//!
+//! Invariants (tested in `tests/decode_speculative.rs`):
+//! * No commit ever lands outside the current block; drafts are never committed while their
+//!   block is not current.
+//! * With acceptance off, the current block's commits at every step are exactly the base
+//!   policy's `select` over the current block's candidates *of that step's forward*.
+//! * Speculation touches the forward's token inputs only through the trigger extension of a
+//!   windowed (prefix-cache) forward. Drafts inside the window the planner would run anyway
+//!   (the whole canvas without a cache; the bucket padding with one) only add LM-head rows,
+//!   which are computed row-independently, so with acceptance off those runs are token-for-token
+//!   identical to speculation off — and, without a cache, to the reference loop (`denoise.rs`).
+//! * Not guaranteed: when the trigger extends a windowed forward, the extra future mask tokens
+//!   are attended to by the current block (bidirectional model), so its logits — and possibly
+//!   its commits — differ from a run without the extension. Likewise the bucket padding itself
+//!   (with speculation on or off) differs from Fast-dLLM's block-plus-whole-suffix window.
+
+use std::thread::ThreadId;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::canvas::{Canvas, TokenState};
+use super::denoise::{to_rows, FrameSink};
+use super::frame::{CancelFlag, StepFrame};
+use super::output::{DecodeOutput, StopReason};
+use super::policy::Candidate;
+use super::revision::{Lifecycle, RevisionJob, RevisionOutcome, RevisionWorker};
+use super::settings::{CacheMode, DecodeSettings};
+use super::speculative::{accept_drafts, DraftBook, SpeculativeSettings};
+use super::window::WindowPlanner;
+use crate::backend::Backend;
+use crate::error::{EngineError, Result};
+use crate::model::{ForwardRequest, KvMode};
+
+/// Seed offset of the RNG drafts are scored with, so speculation never shifts the main RNG.
+const DRAFT_SEED_XOR: u64 = 0x5eed_d7af_0000_0001;
+
+/// Whether `settings` asks for this loop.
+pub fn is_enabled(settings: &DecodeSettings) -> bool {
+    settings.speculative.is_some() || settings.revision.is_some()
+}
+
+/// Checks the speculative / revision knobs and the combinations this loop supports.
+pub fn validate(settings: &DecodeSettings) -> Result<()> {
+    if !is_enabled(settings) {
+        return Ok(());
+    }
+    let bad = |m: &str| Err(EngineError::InvalidRequest(m.into()));
+    if settings.cache == CacheMode::Dual {
+        return bad("speculative decoding / revision support cache modes none and prefix, not dual");
+    }
+    if settings.cfg_scale > 0.0 {
+        return bad("speculative decoding / revision do not support classifier-free guidance");
+    }
+    if let Some(r) = &settings.revision {
+        r.validate()?;
+    }
+    Ok(())
+}
+
+/// One dense forward's window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRecord {
+    /// Step index.
+    pub step: usize,
+    /// Window `[start, end)`.
+    pub start: usize,
+    /// One past the window's last position.
+    pub end: usize,
+    /// Token count after bucket padding.
+    pub padded: usize,
+    /// Whether the lookahead trigger fired.
+    pub lookahead: bool,
+}
+
+/// A delayed K/V merge at the end of `step`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeEvent {
+    /// Step whose boundary the merge happened at.
+    pub step: usize,
+    /// Cache positions overwritten.
+    pub positions: Vec<usize>,
+}
+
+/// Counters of the speculative and revision machinery (the frames carry the per-token story).
+#[derive(Debug, Clone, Default)]
+pub struct DualPathStats {
+    /// Draft predictions recorded.
+    pub drafts: usize,
+    /// Drafts accepted by the acceptance rule.
+    pub accepted: usize,
+    /// Forwards run by the CPU path.
+    pub cpu_forwards: usize,
+    /// Thread of the dense path.
+    pub dense_thread: Option<ThreadId>,
+    /// Threads the CPU path ran on (deduplicated).
+    pub cpu_threads: Vec<ThreadId>,
+    /// Whether the CPU path ran concurrently (a revision backend existed).
+    pub concurrent: bool,
+    /// Tokens revised.
+    pub revisions: usize,
+    /// Visible → Stable promotions.
+    pub promotions: usize,
+    /// Positions the CPU path checked, per step.
+    pub checks: Vec<(usize, Vec<usize>)>,
+    /// Delayed merges.
+    pub merges: Vec<MergeEvent>,
+    /// Every dense window.
+    pub windows: Vec<WindowRecord>,
+    /// Token buckets in use (empty = dynamic).
+    pub buckets: Vec<usize>,
+}
+
+/// Runs a generation with speculative windows and/or progressive revision (LLaDA-style models).
+pub fn run(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    on_frame: &mut FrameSink<'_>,
+) -> Result<(DecodeOutput, DualPathStats)> {
+    let cfg = backend.config().clone();
+    if cfg.shift_logits || !cfg.arch.is_diffusion() {
+        return Err(EngineError::InvalidRequest("speculative decoding / revision support LLaDA-style models only".into()));
+    }
+    settings.validate_for(&cfg, prompt)?;
+    let mask = cfg
+        .mask_token_id
+        .ok_or_else(|| EngineError::InvalidRequest("diffusion decoding needs a mask token id".into()))?;
+    let (mut scorer, mut policy) = super::scorer_and_policy(&cfg, settings);
+    let stop_ids: Vec<u32> = [settings.eos_id(&cfg), settings.eot_id(&cfg)].into_iter().flatten().collect();
+    let no_lookahead = SpeculativeSettings { trigger: 0, max_lookahead: 0, ..Default::default() };
+    let spec = settings.speculative.clone();
+    let planner = WindowPlanner::new(backend.cost_profile().as_ref(), spec.as_ref().unwrap_or(&no_lookahead));
+
+    let t0 = Instant::now();
+    let mut canvas = Canvas::new(prompt, settings.gen_length, mask);
+    let len = canvas.len();
+    let positions: Vec<usize> = (0..len).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
+    let mut draft_rng = ChaCha8Rng::seed_from_u64(settings.seed ^ DRAFT_SEED_XOR);
+    let prefix = settings.cache == CacheMode::Prefix;
+    let mut kv = prefix.then(|| backend.new_cache(len));
+    let mut rev_backend = settings.revision.as_ref().and_then(|_| backend.revision_backend());
+    let mut life = settings.revision.clone().map(|r| Lifecycle::new(len, r));
+    let mut book = DraftBook::new(len);
+    let mut stats = DualPathStats {
+        dense_thread: Some(std::thread::current().id()),
+        concurrent: rev_backend.is_some(),
+        buckets: planner.buckets().to_vec(),
+        ..Default::default()
+    };
+    let (mut steps, mut forwards, mut frames) = (0usize, 0usize, 0usize);
+    let mut simulated: Option<f64> = None;
+    let mut stop_reason = StopReason::Completed;
+    let max_skips = settings.steps.max(1) + 1;
+
+    'blocks: for b in 0..settings.num_blocks() {
+        let block = (prompt.len() + b * settings.block_length, prompt.len() + (b + 1) * settings.block_length);
+        let mut masked = canvas.masked_in(block.0, block.1);
+        policy.begin_block(masked.len());
+        // Drafts for this block are checked once, against its first fresh forward.
+        let mut block_drafts = book.take_range(block.0, block.1);
+        let (mut step_in_block, mut skips) = (0usize, 0usize);
+        while let Some(&first_masked) = masked.first() {
+            cancel.check()?;
+            if !policy.next_step(masked.len()) {
+                skips += 1;
+                if skips > max_skips {
+                    return Err(EngineError::InvalidRequest(format!("policy {} made no progress", policy.name())));
+                }
+                continue;
+            }
+            let step_t0 = Instant::now();
+            let step = steps;
+            let refresh = prefix && step_in_block == 0;
+            // First position the cache does not hold (the cache is always a contiguous prefix).
+            let cached_to = kv.as_ref().map_or(0, |k| (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len));
+            let frontier = if prefix && !refresh { cached_to.min(first_masked) } else { first_masked };
+            let span = planner.plan(frontier, block.1, len, masked.len());
+            let (win_start, win_end, mode) = match (prefix, refresh) {
+                (false, _) => (0, len, KvMode::Ignore),
+                (true, true) => (0, len, KvMode::ReadWrite),
+                (true, false) => (frontier, span.end, KvMode::ReadWrite),
+            };
+            let draft_pos = if spec.is_some() { canvas.masked_in(block.1, span.end.min(win_end)) } else { Vec::new() };
+            let rows: Vec<usize> = masked.iter().chain(&draft_pos).map(|&p| p - win_start).collect();
+            let job = life.as_ref().and_then(|l| {
+                let checks = l.pick_checks(&canvas, block.0, block.1);
+                let lo = if prefix { checks.first().map_or(cached_to, |&c| c.min(cached_to)) } else { 0 };
+                (!checks.is_empty()).then(|| RevisionJob {
+                    positions: checks,
+                    tokens: canvas.tokens().to_vec(),
+                    mask_id: mask,
+                    lo,
+                    cache: kv.clone(),
+                    settings: l.settings().clone(),
+                })
+            });
+            let req = ForwardRequest {
+                tokens: &canvas.tokens()[win_start..win_end],
+                positions: &positions[win_start..win_end],
+                logits_rows: &rows,
+                kv: mode,
+            };
+            // Dense path here, CPU path on a scoped thread; both end before the step boundary.
+            let (dense, threaded, inline_job) = std::thread::scope(|s| {
+                let (handle, inline_job) = match (job, rev_backend.as_mut()) {
+                    (Some(j), Some(rb)) => (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None),
+                    (j, _) => (None, j),
+                };
+                let dense = backend.forward(&req, kv.as_mut());
+                let threaded = handle.map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(EngineError::Backend { backend: "cpu-path".into(), reason: "revision thread panicked".into() })
+                    })
+                });
+                (dense, threaded, inline_job)
+            });
+            let (out, fstats) = dense?;
+            forwards += 1;
+            let step_sim = fstats.simulated_s;
+            if let Some(s) = step_sim {
+                *simulated.get_or_insert(0.0) += s;
+            }
+            if let Some(k) = kv.as_mut() {
+                k.invalidate_from(first_masked);
+            }
+            let outcome: Option<RevisionOutcome> = match (threaded, inline_job) {
+                (Some(r), _) => Some(r?),
+                (None, Some(j)) => Some(RevisionWorker::run(backend, j)?),
+                (None, None) => None,
+            };
+
+            let mut logits = to_rows(&out.logits, out.vocab, rows.len(), backend.name())?.into_iter();
+            let candidates: Vec<Candidate> = masked
+                .iter()
+                .zip(&mut logits)
+                .map(|(&pos, mut row)| {
+                    let (token, confidence) = scorer.score(&mut row, &mut rng);
+                    Candidate { pos, token, confidence }
+                })
+                .collect();
+            let mut changes = Vec::new();
+            for (&pos, mut row) in draft_pos.iter().zip(logits) {
+                let (token, confidence) = scorer.score(&mut row, &mut draft_rng);
+                changes.push(book.record(pos, token, confidence, step));
+                stats.drafts += 1;
+            }
+            let mut chosen: Vec<usize> = policy.select(&candidates, &mut rng).into_iter().filter(|&i| i < candidates.len()).collect();
+            if let Some(sp) = spec.as_ref().filter(|sp| sp.accept_drafts && !block_drafts.is_empty()) {
+                let accepted = accept_drafts(&candidates, &chosen, &block_drafts, sp.accept_top_k);
+                stats.accepted += accepted.len();
+                chosen.extend(accepted);
+            }
+            block_drafts.clear();
+            chosen.sort_by_key(|&i| candidates[i].pos);
+            chosen.dedup();
+            for c in chosen.iter().map(|&i| candidates[i]) {
+                let state = life.as_ref().map_or(TokenState::Stable, |l| l.commit_state(c.confidence));
+                changes.push(canvas.commit(c.pos, c.token, c.confidence as f32, step, state));
+            }
+
+            // Step boundary: CPU-path verdicts, then the delayed K/V merge.
+            if let (Some(l), Some(o)) = (life.as_mut(), outcome.as_ref()) {
+                stats.cpu_forwards += o.forwards;
+                if !stats.cpu_threads.contains(&o.thread) {
+                    stats.cpu_threads.push(o.thread);
+                }
+                stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
+                let applied = l.apply(&mut canvas, o, step);
+                stats.revisions += applied.iter().filter(|c| c.revised).count();
+                stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
+                changes.extend(applied);
+                if let (Some(p), Some(k)) = (o.pending.as_ref(), kv.as_mut()) {
+                    let merged = p.merge_into(k, canvas.tokens())?;
+                    if !merged.is_empty() {
+                        stats.merges.push(MergeEvent { step, positions: merged });
+                    }
+                }
+            }
+            masked = canvas.masked_in(block.0, block.1);
+            if masked.is_empty() {
+                if let Some(l) = life.as_mut() {
+                    let promoted = l.promote_block(&mut canvas, block.0, block.1, step);
+                    stats.promotions += promoted.len();
+                    changes.extend(promoted);
+                }
+            }
+            stats.windows.push(WindowRecord { step, start: win_start, end: win_end, padded: planner.pad(win_end - win_start), lookahead: span.lookahead });
+            let frame = StepFrame {
+                step,
+                block,
+                forward_tokens: win_end - win_start,
+                changes,
+                step_wall_s: step_t0.elapsed().as_secs_f64(),
+                simulated_s: step_sim,
+                committed_total: canvas.committed_total(),
+            };
+            steps += 1;
+            frames += 1;
+            step_in_block += 1;
+            if on_frame(&frame).is_break() {
+                stop_reason = StopReason::CallerStopped;
+                break 'blocks;
+            }
+        }
+        if settings.early_stop_eos && block.1 > block.0 && stop_ids.contains(&canvas.tokens()[block.1 - 1]) {
+            stop_reason = StopReason::Eos;
+            break;
+        }
+    }
+
+    let fill = settings.eos_id(&cfg).unwrap_or(mask);
+    let tokens: Vec<u32> = (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
+    let committed = canvas.committed_total();
+    let out = DecodeOutput {
+        tokens,
+        steps,
+        forwards,
+        tokens_per_forward: if forwards > 0 { committed as f64 / forwards as f64 } else { 0.0 },
+        wall_s: t0.elapsed().as_secs_f64(),
+        simulated_s: simulated,
+        frames,
+        stop_reason,
+        canvas,
+    };
+    Ok((out, stats))
+}

@@ -1,0 +1,351 @@
+//! Dual-path progressive revision (llada.cpp §7): committed tokens stay revisable until stable.
+//!
+//! Life cycle: **Invisible** (`TokenState::Masked`) → **Visible** (committed, revisable) →
+//! **Stable** (trusted; never re-scored, never given LM-head rows).
+//!
+//! * A commit with confidence ≥ `stable_threshold` goes straight to Stable, otherwise Visible.
+//! * Each step, the CPU path ([`RevisionWorker`], on its own thread next to the dense forward)
+//!   re-scores up to `max_checks` Visible positions of the current block (lowest commit
+//!   confidence first). Choice: the checked positions are **re-masked** in that forward, because
+//!   a LLaDA-style model is trained to predict masked positions only; the row of a visible token
+//!   mostly echoes its own input and says little about whether the context supports it.
+//! * [`judge`]: with `p_cur` = probability of the current token and `best` the top non-mask token,
+//!   the token is **revised** to `best` when `best ≠ current`, `p_cur < visible_threshold` and
+//!   `p_best ≥ p_cur + revise_margin`; it is **confirmed** when `p_cur ≥ stable_threshold`
+//!   (`stable_checks` confirmations in a row promote it to Stable); otherwise it stays Visible.
+//! * Leaving a block promotes its remaining Visible tokens to Stable.
+//! * Revised tokens' K/V are recomputed on the CPU path against a snapshot of the prefix cache
+//!   and written to a side buffer in the NPU's tiled layout ([`PendingKv`] / `TiledKv`); the
+//!   loop merges them into the prefix cache only at the step boundary (delayed merge).
+
+use std::thread::ThreadId;
+
+use serde::{Deserialize, Serialize};
+
+use super::canvas::{Canvas, TokenState};
+use super::frame::TokenChange;
+use super::sampling::softmax;
+use super::tiled_kv::TiledKv;
+use crate::backend::Backend;
+use crate::error::{EngineError, Result};
+use crate::model::{ForwardRequest, KvCache, KvMode};
+
+/// Knobs of progressive revision (defaults: see the `ablation` bench and the report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RevisionSettings {
+    /// A Visible token whose re-checked probability is below this may be revised.
+    pub visible_threshold: f64,
+    /// Commits at or above this go straight to Stable; re-checks at or above it confirm.
+    pub stable_threshold: f64,
+    /// How much more probable the replacement must be than the current token.
+    pub revise_margin: f64,
+    /// Consecutive confirmations that promote a Visible token to Stable.
+    pub stable_checks: usize,
+    /// Visible positions re-checked per step (the CPU path's budget).
+    pub max_checks: usize,
+}
+
+impl Default for RevisionSettings {
+    fn default() -> Self {
+        RevisionSettings { visible_threshold: 0.7, stable_threshold: 0.9, revise_margin: 0.2, stable_checks: 2, max_checks: 4 }
+    }
+}
+
+impl RevisionSettings {
+    /// Checks the knobs on their own.
+    pub fn validate(&self) -> Result<()> {
+        let unit = |x: f64| x.is_finite() && (0.0..=1.0).contains(&x);
+        if !(unit(self.visible_threshold) && unit(self.stable_threshold) && unit(self.revise_margin)) {
+            return Err(EngineError::InvalidRequest("revision thresholds and margin must lie in [0, 1]".into()));
+        }
+        if self.visible_threshold > self.stable_threshold {
+            return Err(EngineError::InvalidRequest("revision visible_threshold must not exceed stable_threshold".into()));
+        }
+        if self.stable_checks == 0 {
+            return Err(EngineError::InvalidRequest("revision stable_checks must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The CPU path's re-score of one Visible position.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Check {
+    /// Canvas position.
+    pub pos: usize,
+    /// Token currently committed there.
+    pub current: u32,
+    /// Probability of `current` with the position re-masked.
+    pub p_current: f64,
+    /// Most probable non-mask token.
+    pub best: u32,
+    /// Its probability.
+    pub p_best: f64,
+}
+
+/// What to do with a checked Visible token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Verdict {
+    /// Replace the token (stays Visible, flagged `revised`).
+    Revise {
+        /// New token id.
+        token: u32,
+        /// Its probability.
+        confidence: f64,
+    },
+    /// The model still strongly supports it.
+    Confirm,
+    /// Neither: keep it Visible.
+    Keep,
+}
+
+/// The revision rule (see the module docs).
+pub fn judge(c: &Check, s: &RevisionSettings) -> Verdict {
+    if c.best != c.current && c.p_current < s.visible_threshold && c.p_best >= c.p_current + s.revise_margin {
+        Verdict::Revise { token: c.best, confidence: c.p_best }
+    } else if c.p_current >= s.stable_threshold {
+        Verdict::Confirm
+    } else {
+        Verdict::Keep
+    }
+}
+
+/// Work handed to the CPU path: a snapshot taken at the start of a step.
+#[derive(Debug, Clone)]
+pub struct RevisionJob {
+    /// Visible positions to re-score (increasing).
+    pub positions: Vec<usize>,
+    /// Canvas tokens at step start.
+    pub tokens: Vec<u32>,
+    /// The mask token id.
+    pub mask_id: u32,
+    /// First position of the CPU forward window (`[lo, len)`; the cache covers `[0, lo)`).
+    pub lo: usize,
+    /// Snapshot of the prefix cache (`None` = no cache; the window is then the whole canvas).
+    pub cache: Option<KvCache>,
+    /// Rule knobs.
+    pub settings: RevisionSettings,
+}
+
+/// Refreshed K/V of revised positions waiting for the step-boundary merge.
+#[derive(Debug, Clone)]
+pub struct PendingKv {
+    /// `(position, revised token)` per tile row.
+    pub slots: Vec<(usize, u32)>,
+    /// The rows, in the NPU's 32×32 fp16 tile layout.
+    pub tiles: TiledKv,
+}
+
+impl PendingKv {
+    /// Writes the rows whose position is still cached and still holds the revised token into
+    /// `cache`; returns the merged positions. Call only between steps.
+    pub fn merge_into(&self, cache: &mut KvCache, tokens: &[u32]) -> Result<Vec<usize>> {
+        let mut merged = Vec::new();
+        for (row, &(pos, token)) in self.slots.iter().enumerate() {
+            if cache.is_valid(pos) && tokens.get(pos) == Some(&token) {
+                self.tiles.unpack_into(row, cache, pos)?;
+                merged.push(pos);
+            }
+        }
+        Ok(merged)
+    }
+}
+
+/// What the CPU path returns.
+#[derive(Debug, Clone)]
+pub struct RevisionOutcome {
+    /// One re-score per checked position.
+    pub checks: Vec<Check>,
+    /// The rule's verdict per check.
+    pub verdicts: Vec<Verdict>,
+    /// K/V of revised positions (prefix cache only).
+    pub pending: Option<PendingKv>,
+    /// Forwards the CPU path ran.
+    pub forwards: usize,
+    /// Thread the CPU path ran on.
+    pub thread: ThreadId,
+}
+
+/// The CPU path: re-scores Visible tokens and refreshes the K/V of revised ones.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RevisionWorker;
+
+impl RevisionWorker {
+    /// Runs `job` on `backend` (call it from the CPU-path thread).
+    pub fn run(backend: &mut dyn Backend, mut job: RevisionJob) -> Result<RevisionOutcome> {
+        let len = job.tokens.len();
+        let lo = job.lo.min(len);
+        let positions: Vec<usize> = (lo..len).collect();
+        let rows: Vec<usize> = job.positions.iter().filter(|&&p| p >= lo && p < len).map(|&p| p - lo).collect();
+        let kv = if job.cache.is_some() { KvMode::Read } else { KvMode::Ignore };
+        let mut masked = job.tokens[lo..].to_vec();
+        for &r in &rows {
+            masked[r] = job.mask_id;
+        }
+        let req = ForwardRequest { tokens: &masked, positions: &positions, logits_rows: &rows, kv };
+        let (out, _) = backend.forward(&req, job.cache.as_mut())?;
+        let logits = super::denoise::to_rows(&out.logits, out.vocab, rows.len(), backend.name())?;
+        let checks: Vec<Check> = rows
+            .iter()
+            .zip(logits)
+            .map(|(&r, mut row)| {
+                if let Some(m) = row.get_mut(job.mask_id as usize) {
+                    *m = f64::NEG_INFINITY;
+                }
+                let p = softmax(&row);
+                let pos = lo + r;
+                let current = job.tokens[pos];
+                let best = super::sampling::argmax(&p);
+                Check { pos, current, p_current: p.get(current as usize).copied().unwrap_or(0.0), best: best as u32, p_best: p[best] }
+            })
+            .collect();
+        let verdicts: Vec<Verdict> = checks.iter().map(|c| judge(c, &job.settings)).collect();
+        let mut forwards = 1;
+        let revised: Vec<(usize, u32)> = checks
+            .iter()
+            .zip(&verdicts)
+            .filter_map(|(c, v)| match v {
+                Verdict::Revise { token, .. } => Some((c.pos, *token)),
+                _ => None,
+            })
+            .collect();
+        let pending = match job.cache.as_mut() {
+            Some(cache) if !revised.is_empty() => {
+                // Recompute the window with the revised identities against the snapshot; only
+                // the revised rows are kept (later positions' staleness is the prefix cache's
+                // usual approximation).
+                let mut fixed = job.tokens[lo..].to_vec();
+                for &(p, t) in &revised {
+                    fixed[p - lo] = t;
+                }
+                let req = ForwardRequest { tokens: &fixed, positions: &positions, logits_rows: &[], kv: KvMode::ReadWrite };
+                backend.forward(&req, Some(cache))?;
+                forwards += 1;
+                let at: Vec<usize> = revised.iter().map(|&(p, _)| p).collect();
+                Some(PendingKv { slots: revised, tiles: TiledKv::pack(cache, &at)? })
+            }
+            _ => None,
+        };
+        Ok(RevisionOutcome { checks, verdicts, pending, forwards, thread: std::thread::current().id() })
+    }
+}
+
+/// Per-position Visible/Stable bookkeeping on the dense path's side.
+#[derive(Debug, Clone)]
+pub struct Lifecycle {
+    settings: RevisionSettings,
+    confirms: Vec<usize>,
+}
+
+impl Lifecycle {
+    /// Bookkeeping for a canvas of `len` positions.
+    pub fn new(len: usize, settings: RevisionSettings) -> Self {
+        Lifecycle { settings, confirms: vec![0; len] }
+    }
+
+    /// The knobs.
+    pub fn settings(&self) -> &RevisionSettings {
+        &self.settings
+    }
+
+    /// State a fresh commit with `confidence` gets.
+    pub fn commit_state(&self, confidence: f64) -> TokenState {
+        if confidence >= self.settings.stable_threshold {
+            TokenState::Stable
+        } else {
+            TokenState::Visible
+        }
+    }
+
+    /// Visible positions of `[start, end)` to re-check this step: lowest confidence first, at
+    /// most `max_checks`, returned in increasing position order.
+    pub fn pick_checks(&self, canvas: &Canvas, start: usize, end: usize) -> Vec<usize> {
+        let mut vis: Vec<usize> = (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
+        vis.sort_by(|&a, &b| canvas.confidence(a).total_cmp(&canvas.confidence(b)).then(a.cmp(&b)));
+        vis.truncate(self.settings.max_checks);
+        vis.sort_unstable();
+        vis
+    }
+
+    /// Applies the CPU path's verdicts to `canvas` at `step` and returns the changes.
+    pub fn apply(&mut self, canvas: &mut Canvas, outcome: &RevisionOutcome, step: usize) -> Vec<TokenChange> {
+        let mut changes = Vec::new();
+        for (c, v) in outcome.checks.iter().zip(&outcome.verdicts) {
+            // The dense path commits masks only, so a checked position is still Visible unless
+            // something else already promoted it.
+            if canvas.state(c.pos) != TokenState::Visible || canvas.tokens()[c.pos] != c.current {
+                continue;
+            }
+            match *v {
+                Verdict::Revise { token, confidence } => {
+                    self.confirms[c.pos] = 0;
+                    changes.push(canvas.commit(c.pos, token, confidence as f32, step, TokenState::Visible));
+                }
+                Verdict::Confirm => {
+                    self.confirms[c.pos] += 1;
+                    if self.confirms[c.pos] >= self.settings.stable_checks {
+                        changes.push(promote(canvas, c.pos, step));
+                    }
+                }
+                Verdict::Keep => self.confirms[c.pos] = 0,
+            }
+        }
+        changes
+    }
+
+    /// Promotes every Visible token of `[start, end)` (the block being left) to Stable.
+    pub fn promote_block(&mut self, canvas: &mut Canvas, start: usize, end: usize, step: usize) -> Vec<TokenChange> {
+        let visible: Vec<usize> = (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
+        visible.into_iter().map(|p| promote(canvas, p, step)).collect()
+    }
+}
+
+/// Visible → Stable without changing the token (streamed as a non-revision change).
+fn promote(canvas: &mut Canvas, pos: usize, step: usize) -> TokenChange {
+    let (token, conf) = (canvas.tokens()[pos], canvas.confidence(pos));
+    let mut change = canvas.commit(pos, token, conf, step, TokenState::Stable);
+    change.revised = false;
+    change
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(current: u32, p_current: f64, best: u32, p_best: f64) -> Check {
+        Check { pos: 0, current, p_current, best, p_best }
+    }
+
+    #[test]
+    fn rule_revises_only_unsupported_tokens_with_a_clear_alternative() {
+        let s = RevisionSettings::default();
+        assert_eq!(judge(&check(1, 0.1, 2, 0.5), &s), Verdict::Revise { token: 2, confidence: 0.5 });
+        assert_eq!(judge(&check(1, 0.35, 2, 0.5), &s), Verdict::Keep, "margin not met");
+        assert_eq!(judge(&check(1, 0.95, 1, 0.95), &s), Verdict::Confirm);
+        assert_eq!(judge(&check(1, 0.8, 1, 0.8), &s), Verdict::Keep);
+    }
+
+    #[test]
+    fn confirmations_promote_and_block_exit_promotes() {
+        let s = RevisionSettings { stable_checks: 2, ..Default::default() };
+        let mut canvas = Canvas::new(&[7], 3, 9);
+        canvas.commit(1, 4, 0.5, 0, TokenState::Visible);
+        canvas.commit(2, 5, 0.5, 0, TokenState::Visible);
+        let mut life = Lifecycle::new(canvas.len(), s);
+        assert_eq!(life.pick_checks(&canvas, 0, 4), vec![1, 2]);
+        let out = RevisionOutcome {
+            checks: vec![check(4, 0.95, 4, 0.95)].into_iter().map(|c| Check { pos: 1, ..c }).collect(),
+            verdicts: vec![Verdict::Confirm],
+            pending: None,
+            forwards: 1,
+            thread: std::thread::current().id(),
+        };
+        assert!(life.apply(&mut canvas, &out, 1).is_empty());
+        let ch = life.apply(&mut canvas, &out, 2);
+        assert_eq!(ch.len(), 1);
+        assert!(ch[0].state == TokenState::Stable && !ch[0].revised);
+        let rest = life.promote_block(&mut canvas, 1, 4, 3);
+        assert_eq!(rest.iter().map(|c| c.pos).collect::<Vec<_>>(), vec![2]);
+    }
+}

@@ -1,0 +1,133 @@
+//! Dual-path progressive revision on the tiny golden LLaDA (random weights: low confidences, so
+//! tokens stay Visible and revisions happen) behind a recording fake backend: concurrency of the
+//! CPU path, flags, selective logit skipping, delayed merges, the inline fallback.
+
+#[path = "common/npu.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::{model, prompt, run_npu, states_before_steps, FakeNpu};
+use unmask_engine::decode::revision::RevisionSettings;
+use unmask_engine::decode::speculative::SpeculativeSettings;
+use unmask_engine::decode::{CacheMode, DecodeSettings, TokenState};
+
+const MASK: u32 = 255;
+
+fn settings(cache: CacheMode) -> DecodeSettings {
+    DecodeSettings {
+        gen_length: 32,
+        block_length: 8,
+        steps: 32,
+        cache,
+        // Random weights give probabilities of a few percent: a tiny margin lets revisions fire.
+        revision: Some(RevisionSettings { revise_margin: 0.001, ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// The CPU path runs on another thread, overlapping the dense forward in time; revised tokens
+/// are flagged, stay Visible, and every Visible token ends Stable.
+#[test]
+fn cpu_path_runs_concurrently_and_flags_revisions() {
+    let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+    be.delay = Duration::from_millis(3);
+    let p = prompt("llada", 0);
+    let (out, stats, frames) = run_npu(&mut be, &p, &settings(CacheMode::Prefix));
+    assert!(stats.concurrent);
+    assert!(stats.cpu_forwards > 0);
+    let dense = stats.dense_thread.unwrap();
+    assert!(!stats.cpu_threads.is_empty() && !stats.cpu_threads.contains(&dense));
+    let fwds = be.forwards();
+    let (d, c): (Vec<_>, Vec<_>) = fwds.iter().partition(|f| f.thread == dense);
+    assert_eq!(c.len(), stats.cpu_forwards);
+    let overlaps = c.iter().filter(|cf| d.iter().any(|df| cf.began < df.ended && df.began < cf.ended)).count();
+    assert!(overlaps > 0, "CPU-path forwards never overlapped a dense forward");
+
+    let revised: Vec<_> = frames.iter().flat_map(|f| f.changes.iter()).filter(|c| c.revised).collect();
+    assert!(stats.revisions > 0, "no revision on random weights");
+    assert_eq!(revised.iter().filter(|c| c.state == TokenState::Visible).count(), stats.revisions);
+    assert!(revised.iter().all(|c| !c.speculative && c.token != MASK));
+    assert!(frames.iter().flat_map(|f| f.changes.iter()).any(|c| c.state == TokenState::Visible && !c.revised));
+    assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+    println!("revisions {} promotions {} cpu forwards {} merges {}", stats.revisions, stats.promotions, stats.cpu_forwards, stats.merges.len());
+}
+
+/// Dense rows go to masked positions only, CPU-path rows to Visible positions only: Stable
+/// tokens (prompt, promoted) never get an LM-head row.
+#[test]
+fn stable_tokens_get_no_logit_rows() {
+    for cache in [CacheMode::None, CacheMode::Prefix] {
+        let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+        let p = prompt("llada", 1);
+        let mut s = settings(cache);
+        s.speculative = Some(SpeculativeSettings::default());
+        let (_, stats, frames) = run_npu(&mut be, &p, &s);
+        let before = states_before_steps(&p, &s, MASK, &frames);
+        let dense = stats.dense_thread.unwrap();
+        let fwds = be.forwards();
+        let dense_fwds: Vec<_> = fwds.iter().filter(|f| f.thread == dense).collect();
+        assert_eq!(dense_fwds.len(), frames.len());
+        for (f, canvas) in dense_fwds.iter().zip(&before) {
+            assert!(f.rows.iter().all(|&r| canvas.state(r) == TokenState::Masked), "{cache:?}: dense row on a committed token");
+        }
+        let cpu_rows: Vec<_> = fwds.iter().filter(|f| f.thread != dense && !f.rows.is_empty()).collect();
+        assert_eq!(cpu_rows.len(), stats.checks.len());
+        for (f, (step, checked)) in cpu_rows.iter().zip(&stats.checks) {
+            assert_eq!(&f.rows, checked);
+            assert!(checked.iter().all(|&q| before[*step].state(q) == TokenState::Visible), "{cache:?}: CPU row on a non-Visible token");
+        }
+        assert!(!stats.checks.is_empty());
+    }
+}
+
+/// K/V of revised tokens reach the prefix cache only through merges recorded at the end of the
+/// step that revised them, for positions the cache holds; without a cache nothing is merged.
+#[test]
+fn revised_kv_is_merged_only_at_step_boundaries() {
+    let p = prompt("llada", 0);
+    let mut be = FakeNpu::new(model("llada"), None);
+    let (_, stats, frames) = run_npu(&mut be, &p, &settings(CacheMode::Prefix));
+    assert!(!stats.merges.is_empty(), "no revision hit a cached position");
+    for m in &stats.merges {
+        let f = &frames[m.step];
+        let revised: HashSet<usize> = f.changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
+        assert!(m.positions.iter().all(|q| revised.contains(q)), "merged {:?} not revised in step {}", m.positions, m.step);
+        assert!(m.positions.iter().all(|q| (f.block.0..f.block.1).contains(q)));
+    }
+    let mut be = FakeNpu::new(model("llada"), None);
+    let (_, stats, _) = run_npu(&mut be, &p, &settings(CacheMode::None));
+    assert!(stats.revisions > 0 && stats.merges.is_empty());
+}
+
+/// A backend without a revision twin runs the CPU path inline on the dense thread, same result.
+#[test]
+fn inline_fallback_gives_the_same_tokens() {
+    let p = prompt("llada", 0);
+    let s = settings(CacheMode::Prefix);
+    let mut threaded = FakeNpu::new(model("llada"), None);
+    let (a, sa, _) = run_npu(&mut threaded, &p, &s);
+    let mut inline = FakeNpu::new(model("llada"), None);
+    inline.twin = false;
+    let (b, sb, _) = run_npu(&mut inline, &p, &s);
+    assert!(sa.concurrent && !sb.concurrent);
+    assert_eq!(sb.cpu_threads, vec![sb.dense_thread.unwrap()]);
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!((sa.revisions, sa.merges.clone()), (sb.revisions, sb.merges.clone()));
+}
+
+/// Strict thresholds: with stable_threshold 0 every commit is Stable at once, so the CPU path
+/// has nothing to do and the run equals the same loop without revision.
+#[test]
+fn everything_stable_means_no_cpu_path() {
+    let p = prompt("llada", 0);
+    let mut s = settings(CacheMode::Prefix);
+    s.revision = Some(RevisionSettings { visible_threshold: 0.0, stable_threshold: 0.0, ..Default::default() });
+    let mut be = FakeNpu::new(model("llada"), None);
+    let (a, stats, _) = run_npu(&mut be, &p, &s);
+    assert_eq!(stats.cpu_forwards, 0);
+    let mut be = FakeNpu::new(model("llada"), None);
+    let (b, _, _) = run_npu(&mut be, &p, &DecodeSettings { revision: None, ..s.clone() });
+    assert_eq!(a.tokens, b.tokens);
+}
