@@ -1,11 +1,14 @@
 //! The GEMM seam: a weight matrix in any storage format, multiplied by a block of activations.
 //! Model code calls [`Linear::forward`] and never branches on formats.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::model::tensor::{DType, RawTensor, TensorBytes};
 
+use super::int8::{Int8Weights, ScaleGroup};
 use super::quant::dequantize_into;
 
 /// How a weight matrix is held in memory.
@@ -17,6 +20,24 @@ pub enum WeightStorage {
     F32Owned(Vec<f32>),
     /// Any other storage (f16, bf16, GGUF blocks): rows are dequantised in panels at use.
     Packed { dtype: DType, bytes: TensorBytes },
+    /// Int8 codes repacked at load into the integer kernels' 16-row panels (replaces the loaded
+    /// bytes; shared so tied embeddings/heads are not duplicated).
+    Int8Packed(Arc<Int8Weights>),
+}
+
+/// Which kernel family a weight matrix is prepared for at load ([`Linear::repack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelChoice {
+    /// Block-quantised GGUF types → int8 kernel (Q8_0/Q4_0 exactly, K-quants requantised per 32);
+    /// float types stay on the f32 path.
+    #[default]
+    Auto,
+    /// Keep the loaded storage (f32 GEMM; quantised types dequantised per panel at use).
+    Float,
+    /// Everything → int8 with one scale per output row (f32 requantised; fastest kernel).
+    Int8PerRow,
+    /// Everything → int8 with one scale per 32 k (Q8_0/Q4_0 exact).
+    Int8Block32,
 }
 
 /// A `[n_out, k_in]` weight matrix (HF `[out, in]` layout): `y = x · Wᵀ`.
@@ -78,7 +99,40 @@ impl Linear {
         match &self.storage {
             WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_) => DType::F32,
             WeightStorage::Packed { dtype, .. } => *dtype,
+            WeightStorage::Int8Packed(w) => w.source,
         }
+    }
+
+    /// Short name of the in-memory format (reports).
+    pub fn storage_name(&self) -> String {
+        match &self.storage {
+            WeightStorage::Int8Packed(w) if w.group == w.kp => format!("int8/row (from {})", w.source),
+            WeightStorage::Int8Packed(w) => format!("int8/32 (from {})", w.source),
+            _ => self.dtype().to_string(),
+        }
+    }
+
+    /// Converts the storage for `choice`, consuming `self` so the loaded bytes are dropped.
+    pub fn repack(self, choice: KernelChoice) -> Result<Linear> {
+        let (n, k) = (self.n_out, self.k_in);
+        let group = match (choice, &self.storage) {
+            (KernelChoice::Float, _) => return Ok(self),
+            (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,
+            (KernelChoice::Auto, _) => return Ok(self),
+            (KernelChoice::Int8PerRow, _) => ScaleGroup::PerRow,
+            (KernelChoice::Int8Block32, _) => ScaleGroup::Block32,
+        };
+        let packed = match &self.storage {
+            WeightStorage::Int8Packed(w) if (group == ScaleGroup::PerRow) == (w.group == w.kp) => return Ok(self),
+            WeightStorage::Packed { dtype, bytes } if group == ScaleGroup::Block32 => {
+                Int8Weights::from_blocks(*dtype, bytes.as_slice(), n, k).ok_or_else(|| EngineError::UnsupportedDType {
+                    name: self.name.clone(),
+                    dtype: format!("{dtype} cannot be repacked to int8"),
+                })?
+            }
+            _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
+        };
+        Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::Int8Packed(Arc::new(packed)) })
     }
 
     /// Bytes the weights occupy.
@@ -87,6 +141,7 @@ impl Linear {
             WeightStorage::F32Mapped(b) => b.len(),
             WeightStorage::F32Owned(v) => v.len() * 4,
             WeightStorage::Packed { bytes, .. } => bytes.len(),
+            WeightStorage::Int8Packed(w) => w.bytes(),
         }
     }
 
@@ -94,7 +149,7 @@ impl Linear {
         match &self.storage {
             WeightStorage::F32Mapped(b) => bytemuck::try_cast_slice(b.as_slice()).ok(),
             WeightStorage::F32Owned(v) => Some(v),
-            WeightStorage::Packed { .. } => None,
+            WeightStorage::Packed { .. } | WeightStorage::Int8Packed(_) => None,
         }
     }
 
@@ -107,6 +162,7 @@ impl Linear {
                 let b = &bytes.as_slice()[r * rb..(r + 1) * rb];
                 let _ = dequantize_into(*dtype, b, out);
             }
+            WeightStorage::Int8Packed(w) => w.row_into(r, out),
             _ => {
                 if let Some(w) = self.f32_slice() {
                     out.copy_from_slice(&w[r * k..(r + 1) * k]);
@@ -137,6 +193,10 @@ impl Linear {
                     gemm::Parallelism::Rayon(rayon::current_num_threads()),
                 );
             }
+            return;
+        }
+        if let WeightStorage::Int8Packed(w) = &self.storage {
+            super::int8::gemm(w, x, m, y);
             return;
         }
         let WeightStorage::Packed { dtype, bytes } = &self.storage else { return };
@@ -243,6 +303,26 @@ mod tests {
             let q = quantize_q8_0(&w).unwrap();
             let lin = Linear::from_raw_unchecked("w".into(), DType::Q8_0, TensorBytes::owned(q), n, k).unwrap();
             check(&lin, m, seed);
+        }
+
+        /// Repacked Q8_0 runs the int8 kernel: close to the f32 reference of the same Q8_0 weights
+        /// (only the activations are rounded to int8, ≤ |x|max/254 per element).
+        #[test]
+        fn q8_0_repacked_is_close(m in 1usize..20, n in 1usize..70, kb in 1usize..4, seed in 0u64..1000) {
+            let k = kb * 32;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            let q = quantize_q8_0(&w).unwrap();
+            let lin = Linear::from_raw_unchecked("w".into(), DType::Q8_0, TensorBytes::owned(q), n, k).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0).collect();
+            let mut r = vec![0.0; m * n];
+            lin.forward_reference(&x, m, &mut r);
+            let lin = lin.repack(KernelChoice::Auto).unwrap();
+            prop_assert!(matches!(lin.storage, WeightStorage::Int8Packed(_)));
+            let mut y = vec![0.0; m * n];
+            lin.forward(&x, m, &mut y);
+            for (a, b) in y.iter().zip(&r) {
+                prop_assert!((a - b).abs() <= k as f32 / 254.0 + 1e-4, "{} vs {}", a, b);
+            }
         }
     }
 }

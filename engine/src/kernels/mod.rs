@@ -3,6 +3,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod int8;
 pub mod linear;
 pub mod norm;
 pub mod peak;
