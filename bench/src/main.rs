@@ -2,6 +2,7 @@
 //! with a top-level `headline` object holding the figures its issue names.
 
 mod forward;
+mod kernels;
 mod synth;
 
 use std::path::PathBuf;
@@ -9,7 +10,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-const SUITES: &[(&str, &str)] = &[("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)")];
+const SUITES: &[(&str, &str)] = &[
+    ("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)"),
+    ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes (issue 3)"),
+];
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,6 +34,7 @@ fn main() -> Result<()> {
         let started = std::time::Instant::now();
         let mut result = match name.as_str() {
             "forward" => forward::run(quick)?,
+            "kernels" => kernels::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

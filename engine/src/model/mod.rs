@@ -13,6 +13,7 @@ pub mod weights;
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
+pub use crate::kernels::linear::KernelChoice;
 
 pub use chat::{ChatMessage, ChatTemplate, Role};
 pub use config::{Architecture, ModelConfig};
@@ -54,8 +55,14 @@ pub fn is_gguf(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false)
 }
 
-/// Loads config and weights only (no tokenizer): an HF directory.
+/// Loads config and weights only (no tokenizer): an HF directory. Quantised matrices are repacked
+/// for the int8 kernels ([`KernelChoice::Auto`]); float ones stay as loaded.
 pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
+    load_transformer_with(path, KernelChoice::Auto)
+}
+
+/// As [`load_transformer`], preparing every matrix for `kernels` (e.g. requantise f32 to int8).
+pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Transformer, u64)> {
     if !path.exists() {
         return Err(EngineError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
     }
@@ -68,6 +75,8 @@ pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     let names = arch::hf_scheme(&config);
     let weights = weights::ModelWeights::load(&src, names.as_ref(), &config)?;
     let bytes = crate::model::tensor::TensorSource::data_bytes(&src);
+    drop(src);
+    let weights = weights.repack(kernels)?;
     Ok((Transformer::new(config, weights), bytes))
 }
 
