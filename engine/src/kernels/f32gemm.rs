@@ -166,17 +166,24 @@ mod x86 {
                 }
             }
         }
-        let wb = w.data.as_ptr().add(p0 * k * PANEL);
-        let xb = x.as_ptr().add(i0 * k);
-        for t in k0..k0 + kc {
+        // Pointers advance with `wrapping_add` and loads are full-mask masked loads, free of the
+        // debug-build checks the dev profile would add to `add` / `loadu` (see `int8::vnni_tile`).
+        let mut wp = w.data.as_ptr().wrapping_add(p0 * k * PANEL + k0 * PANEL);
+        let mut xr = [x.as_ptr(); MR];
+        for (r, xp) in xr.iter_mut().enumerate() {
+            *xp = xp.wrapping_add((i0 + r) * k + k0);
+        }
+        for _ in 0..kc {
             let mut wv = [_mm512_setzero_ps(); NP];
             for (p, v) in wv.iter_mut().enumerate() {
-                // SAFETY: t < k and panel p0+p exists, so 16 floats lie inside `data`.
-                *v = _mm512_loadu_ps(wb.add(p * k * PANEL + t * PANEL));
+                // SAFETY: the current t < k and panel p0+p exists, so 16 floats lie inside `data`.
+                *v = _mm512_maskz_loadu_ps(0xFFFF, wp.wrapping_add(p * k * PANEL));
             }
-            for r in 0..MR {
-                // SAFETY: row i0+r < m, t < k.
-                let xv = _mm512_set1_ps(*xb.add(r * k + t));
+            wp = wp.wrapping_add(PANEL);
+            for (r, xp) in xr.iter_mut().enumerate() {
+                // SAFETY: row i0+r < m and the current t < k.
+                let xv = _mm512_set1_ps(xp.read());
+                *xp = xp.wrapping_add(1);
                 for p in 0..NP {
                     acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
                 }

@@ -423,34 +423,43 @@ mod x86 {
     }
 
     /// One MR×(NP·16) tile: rows `i0..i0+MR` of x against panels `p0..p0+NP`, all of k.
+    ///
+    /// Pointers advance with `wrapping_add` and loads are full-mask masked loads: the dev profile
+    /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
+    /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn vnni_tile<const MR: usize, const NP: usize>(w: &Int8Weights, xq: &QuantizedRows, i0: usize, p0: usize, y: *mut f32) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let wb = w.data.as_ptr().add(p0 * kp * PANEL);
-        let sb = w.scales.as_ptr().add(p0 * ng * PANEL);
-        let xb = xq.data.as_ptr().add(i0 * kp);
+        let pstride = kp * PANEL;
+        let mut wp = w.data.as_ptr().wrapping_add(p0 * pstride);
+        let sb = w.scales.as_ptr().wrapping_add(p0 * ng * PANEL);
+        let mut xr = [xq.data.as_ptr(); MR];
+        for (r, x) in xr.iter_mut().enumerate() {
+            *x = x.wrapping_add((i0 + r) * kp);
+        }
         let mut facc = [[_mm512_setzero_ps(); NP]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
-            for q in 0..quads {
-                let kq = g * quads + q;
+            for _ in 0..quads {
                 let mut wv = [_mm512_setzero_si512(); NP];
                 for (p, v) in wv.iter_mut().enumerate() {
-                    // SAFETY (whole loop): panel p0+p < n_panels, kq < kp/4, so the 64 bytes lie in `data`.
-                    *v = _mm512_loadu_si512(wb.add(p * kp * PANEL + kq * 64) as *const _);
+                    // SAFETY: panel p0+p < n_panels and the current quad < kp/4: 64 bytes inside `data`.
+                    *v = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
                 }
-                for (r, acc) in iacc.iter_mut().enumerate() {
-                    // SAFETY: row i0+r < m and 4·kq+3 < kp, inside the quantised activations.
-                    let xv = _mm512_set1_epi32((xb.add(r * kp + kq * 4) as *const i32).read_unaligned());
+                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
+                    let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                    *x = x.wrapping_add(4);
                     for p in 0..NP {
                         acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wv[p]);
                     }
                 }
+                wp = wp.wrapping_add(64);
             }
             for p in 0..NP {
                 // SAFETY: group g of panel p0+p is inside `scales`.
-                let s = _mm512_loadu_ps(sb.add(p * ng * PANEL + g * PANEL));
+                let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL + g * PANEL));
                 for r in 0..MR {
                     facc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][p]), s, facc[r][p]);
                 }
@@ -462,17 +471,17 @@ mod x86 {
             let valid = (n - col0).min(PANEL);
             let mask: u16 = if valid == PANEL { 0xFFFF } else { (1u16 << valid) - 1 };
             // SAFETY: `comp` has n_panels·16 entries.
-            let c = _mm512_loadu_ps(w.comp.as_ptr().add(col0));
+            let c = _mm512_maskz_loadu_ps(0xFFFF, w.comp.as_ptr().wrapping_add(col0));
             for r in 0..MR {
                 let v = _mm512_mul_ps(_mm512_sub_ps(facc[r][p], c), _mm512_set1_ps(xq.scales[i0 + r]));
                 // SAFETY: masked to the valid columns of row i0+r < m; this task owns these columns.
-                _mm512_mask_storeu_ps(y.add((i0 + r) * n + col0), mask, v);
+                _mm512_mask_storeu_ps(y.wrapping_add((i0 + r) * n + col0), mask, v);
             }
         }
     }
 
     /// Runs AVX2 tiles over panels `p0..p1`, one panel (two ymm halves) at a time.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     pub unsafe fn avx2_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
         for p in p0..p1 {
             let mut i = 0;
@@ -489,25 +498,30 @@ mod x86 {
     }
 
     /// One MR×16 tile with the sign trick: |x| (u8) × (w with x's sign) (i8) stays within i16.
-    #[target_feature(enable = "avx2")]
+    /// Loads use `lddqu` (an LLVM intrinsic, free of debug-build checks; see `vnni_tile`).
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2_tile<const MR: usize>(w: &Int8Weights, xq: &QuantizedRows, i0: usize, p: usize, y: *mut f32) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let wb = w.data.as_ptr().add(p * kp * PANEL);
-        let sb = w.scales.as_ptr().add(p * ng * PANEL);
-        let xb = xq.data.as_ptr().add(i0 * kp);
+        let mut wp = w.data.as_ptr().wrapping_add(p * kp * PANEL);
+        let sb = w.scales.as_ptr().wrapping_add(p * ng * PANEL);
+        let mut xr = [xq.data.as_ptr(); MR];
+        for (r, x) in xr.iter_mut().enumerate() {
+            *x = x.wrapping_add((i0 + r) * kp);
+        }
         let ones = _mm256_set1_epi16(1);
         let mut facc = [[_mm256_setzero_ps(); 2]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm256_setzero_si256(); 2]; MR];
-            for q in 0..quads {
-                let kq = g * quads + q;
-                // SAFETY: the 64-byte k-quad of panel p lies inside `data` (kq < kp/4).
-                let w0 = _mm256_loadu_si256(wb.add(kq * 64) as *const __m256i);
-                let w1 = _mm256_loadu_si256(wb.add(kq * 64 + 32) as *const __m256i);
-                for (r, acc) in iacc.iter_mut().enumerate() {
-                    // SAFETY: row i0+r < m and 4·kq+3 < kp.
-                    let xv = _mm256_set1_epi32((xb.add(r * kp + kq * 4) as *const i32).read_unaligned());
+            for _ in 0..quads {
+                // SAFETY: the current 64-byte k-quad of panel p lies inside `data`.
+                let w0 = _mm256_lddqu_si256(wp as *const __m256i);
+                let w1 = _mm256_lddqu_si256(wp.wrapping_add(32) as *const __m256i);
+                wp = wp.wrapping_add(64);
+                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                    // SAFETY: row i0+r < m and the current quad < kp/4.
+                    let xv = _mm256_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                    *x = x.wrapping_add(4);
                     let ax = _mm256_abs_epi8(xv);
                     let d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones);
                     let d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones);
@@ -516,8 +530,8 @@ mod x86 {
                 }
             }
             // SAFETY: group g's 16 scales of panel p lie inside `scales`.
-            let s0 = _mm256_loadu_ps(sb.add(g * PANEL));
-            let s1 = _mm256_loadu_ps(sb.add(g * PANEL + 8));
+            let s0 = _mm256_castsi256_ps(_mm256_lddqu_si256(sb.wrapping_add(g * PANEL) as *const __m256i));
+            let s1 = _mm256_castsi256_ps(_mm256_lddqu_si256(sb.wrapping_add(g * PANEL + 8) as *const __m256i));
             for r in 0..MR {
                 facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][0]), s0, facc[r][0]);
                 facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][1]), s1, facc[r][1]);
