@@ -36,6 +36,15 @@ impl PackedF32 {
         PackedF32 { n, k, data }
     }
 
+    /// Row `j` of W (one output unit) into `out[k]`.
+    pub fn row_into(&self, j: usize, out: &mut [f32]) {
+        let (p, c) = (j / PANEL, j % PANEL);
+        let d = &self.data[p * self.k * PANEL..(p + 1) * self.k * PANEL];
+        for (t, o) in out.iter_mut().enumerate().take(self.k) {
+            *o = d[t * PANEL + c];
+        }
+    }
+
     /// Bytes held in memory.
     pub fn bytes(&self) -> usize {
         self.data.len() * 4

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use crate::error::{EngineError, Result};
 use crate::model::tensor::{DType, RawTensor, TensorBytes};
 
+use super::f32gemm::PackedF32;
 use super::int8::{Int8Weights, ScaleGroup};
 use super::quant::dequantize_into;
 
@@ -23,16 +24,19 @@ pub enum WeightStorage {
     /// Int8 codes repacked at load into the integer kernels' 16-row panels (replaces the loaded
     /// bytes; shared so tied embeddings/heads are not duplicated).
     Int8Packed(Arc<Int8Weights>),
+    /// f32 values repacked at load into 16-column panels for our AVX-512 microkernel
+    /// ([`super::f32gemm`]; measured faster than the `gemm` crate on this machine).
+    F32Packed(Arc<PackedF32>),
 }
 
 /// Which kernel family a weight matrix is prepared for at load ([`Linear::repack`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelChoice {
     /// Block-quantised GGUF types → int8 kernel (Q8_0/Q4_0 exactly, K-quants requantised per 32);
-    /// float types stay on the f32 path.
+    /// f32 → f32 panels for our microkernel; f16/bf16 stay as loaded.
     #[default]
     Auto,
-    /// Keep the loaded storage (f32 GEMM; quantised types dequantised per panel at use).
+    /// Keep the loaded storage (f32 via the `gemm` crate; other types dequantised per panel at use).
     Float,
     /// Everything → int8 with one scale per output row (f32 requantised; fastest kernel).
     Int8PerRow,
@@ -100,6 +104,7 @@ impl Linear {
             WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_) => DType::F32,
             WeightStorage::Packed { dtype, .. } => *dtype,
             WeightStorage::Int8Packed(w) => w.source,
+            WeightStorage::F32Packed(_) => DType::F32,
         }
     }
 
@@ -118,6 +123,10 @@ impl Linear {
         let group = match (choice, &self.storage) {
             (KernelChoice::Float, _) => return Ok(self),
             (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,
+            (KernelChoice::Auto, WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_)) if super::f32gemm::available() => {
+                let packed = PackedF32::pack(n, k, |j, out| self.row_into(j, out));
+                return Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::F32Packed(Arc::new(packed)) });
+            }
             (KernelChoice::Auto, _) => return Ok(self),
             (KernelChoice::Int8PerRow, _) => ScaleGroup::PerRow,
             (KernelChoice::Int8Block32, _) => ScaleGroup::Block32,
@@ -142,6 +151,7 @@ impl Linear {
             WeightStorage::F32Owned(v) => v.len() * 4,
             WeightStorage::Packed { bytes, .. } => bytes.len(),
             WeightStorage::Int8Packed(w) => w.bytes(),
+            WeightStorage::F32Packed(w) => w.bytes(),
         }
     }
 
@@ -149,7 +159,7 @@ impl Linear {
         match &self.storage {
             WeightStorage::F32Mapped(b) => bytemuck::try_cast_slice(b.as_slice()).ok(),
             WeightStorage::F32Owned(v) => Some(v),
-            WeightStorage::Packed { .. } | WeightStorage::Int8Packed(_) => None,
+            WeightStorage::Packed { .. } | WeightStorage::Int8Packed(_) | WeightStorage::F32Packed(_) => None,
         }
     }
 
@@ -163,6 +173,7 @@ impl Linear {
                 let _ = dequantize_into(*dtype, b, out);
             }
             WeightStorage::Int8Packed(w) => w.row_into(r, out),
+            WeightStorage::F32Packed(w) => w.row_into(r, out),
             _ => {
                 if let Some(w) = self.f32_slice() {
                     out.copy_from_slice(&w[r * k..(r + 1) * k]);
@@ -195,9 +206,10 @@ impl Linear {
             }
             return;
         }
-        if let WeightStorage::Int8Packed(w) = &self.storage {
-            super::int8::gemm(w, x, m, y);
-            return;
+        match &self.storage {
+            WeightStorage::Int8Packed(w) => return super::int8::gemm(w, x, m, y),
+            WeightStorage::F32Packed(w) => return super::f32gemm::gemm(w, x, m, y),
+            _ => {}
         }
         let WeightStorage::Packed { dtype, bytes } = &self.storage else { return };
         let rb = dtype.bytes_for(k).unwrap_or(0);
@@ -293,7 +305,9 @@ mod tests {
         #[test]
         fn f32_matches_reference(m in 1usize..40, n in 1usize..70, k in 1usize..90, seed in 0u64..1000) {
             let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
-            check(&Linear::from_f32("w", n, k, w), m, seed);
+            check(&Linear::from_f32("w", n, k, w.clone()), m, seed);
+            let packed = Linear::from_f32("w", n, k, w).repack(KernelChoice::Auto).unwrap();
+            check(&packed, m, seed);
         }
 
         #[test]

@@ -158,12 +158,17 @@ impl ModelWeights {
         Ok(out)
     }
 
-    /// Every matrix converted for `choice`, consuming `self` so loaded bytes are released as each
-    /// matrix is repacked (a tied head shares the repacked embedding).
+    /// Every multiplied matrix converted for `choice`, consuming `self` so loaded bytes are
+    /// released as each is repacked (a tied head shares the repacked embedding).
     pub fn repack(self, choice: KernelChoice) -> Result<Self> {
         let ModelWeights { embedding, layers, final_norm, lm_head, tied_head } = self;
-        let embedding = embedding.repack(choice)?;
-        let lm_head = if tied_head { embedding.clone() } else { lm_head.repack(choice)? };
+        // An untied embedding is only row-gathered: keep its loaded (smallest, possibly mapped) form.
+        let (embedding, lm_head) = if tied_head {
+            let e = embedding.repack(choice)?;
+            (e.clone(), e)
+        } else {
+            (embedding, lm_head.repack(choice)?)
+        };
         let layers = layers
             .into_iter()
             .map(|l| {
