@@ -125,6 +125,7 @@ impl Linear {
             (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,
             (KernelChoice::Auto, WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_)) if super::f32gemm::available() => {
                 let packed = PackedF32::pack(n, k, |j, out| self.row_into(j, out));
+                self.release_mapped();
                 return Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::F32Packed(Arc::new(packed)) });
             }
             (KernelChoice::Auto, _) => return Ok(self),
@@ -141,7 +142,15 @@ impl Linear {
             }
             _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
         };
+        self.release_mapped();
         Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::Int8Packed(Arc::new(packed)) })
+    }
+
+    /// The loaded bytes were copied into a repacked form: drop their mapped pages from RSS.
+    fn release_mapped(&self) {
+        if let WeightStorage::F32Mapped(b) | WeightStorage::Packed { bytes: b, .. } = &self.storage {
+            b.release_pages();
+        }
     }
 
     /// Bytes the weights occupy.
