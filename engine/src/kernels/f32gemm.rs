@@ -3,6 +3,11 @@
 //! Weights are packed once into 16-column panels `[panel][k][16]` f32 (Wᵀ, zero-padded in n), so
 //! the AVX-512 microkernel reads one zmm per panel per k and broadcasts x: an 8×32 tile keeps 16
 //! zmm accumulators. k is blocked by [`KC`] so a 2-panel strip (32·KC·4 = 64 KiB) stays in L2.
+//!
+//! Measured (Zen 4 KVM guest, 1 thread, load avg ~3.8, dev profile, k = n = 4096): ours 75 GFLOP/s
+//! at m = 64 and 89 at m = 256 against 14.5 / 28.9 for `gemm` 0.19 (`x86-v4`) in the same run, so
+//! [`super::linear::KernelChoice::Auto`] packs f32 weights for this kernel. Part of `gemm`'s
+//! deficit is the dev profile's debug assertions inside it; a release-build comparison is pending.
 
 use rayon::prelude::*;
 

@@ -347,5 +347,33 @@ mod tests {
                 prop_assert!((a - b).abs() <= k as f32 / 254.0 + 1e-4, "{} vs {}", a, b);
             }
         }
+
+        /// Q4_0 (exact codes) and Q4_K (requantised per 32) repacked to int8, and f32 requantised
+        /// per row: close to the f32 reference of the loaded weights (int8 rounding of x and, for
+        /// Q4_K / f32, of w: each ≤ half a step of |max|/127 per element).
+        #[test]
+        fn repacked_formats_are_close(m in 1usize..12, n in 1usize..40, kb in 1usize..3, seed in 0u64..1000) {
+            use crate::kernels::quant::{quantize_q4_0, quantize_q4_k};
+            let k = kb * 256;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            let x: Vec<f32> = (0..m * k).map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0).collect();
+            let cases = [
+                (Linear::from_raw_unchecked("w".into(), DType::Q4_0, TensorBytes::owned(quantize_q4_0(&w).unwrap()), n, k).unwrap(), KernelChoice::Auto),
+                (Linear::from_raw_unchecked("w".into(), DType::Q4_K, TensorBytes::owned(quantize_q4_k(&w).unwrap()), n, k).unwrap(), KernelChoice::Auto),
+                (Linear::from_f32("w", n, k, w.clone()), KernelChoice::Int8PerRow),
+            ];
+            for (lin, choice) in cases {
+                let mut r = vec![0.0; m * n];
+                lin.forward_reference(&x, m, &mut r);
+                let lin = lin.repack(choice).unwrap();
+                prop_assert!(matches!(lin.storage, WeightStorage::Int8Packed(_)));
+                let mut y = vec![0.0; m * n];
+                lin.forward(&x, m, &mut y);
+                for (a, b) in y.iter().zip(&r) {
+                    // |x| ≤ 1 and |w| ≤ 1.1: two half-steps of 1/127 per term, summed over k.
+                    prop_assert!((a - b).abs() <= 2.2 * k as f32 / 254.0 + 1e-3, "{} vs {}", a, b);
+                }
+            }
+        }
     }
 }
