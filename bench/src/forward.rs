@@ -100,7 +100,7 @@ pub fn run(quick: bool) -> Result<Value> {
         "shape": {"hidden": shape.hidden, "layers": shape.layers, "heads": shape.heads, "ffn": shape.ffn, "vocab": shape.vocab,
                   "block": block, "prefix": prefix},
         "peaks": {"fma_f32_flops": fma, "vnni_int8_ops": vnni, "threads": threads},
-        "f32": {"step_s": secs, "flops": flops, "gflops": f32_gflops, "weights": "mmap'd safetensors, zero-copy"},
+        "f32": {"step_s": secs, "flops": flops, "gflops": f32_gflops, "weights": "f32 from mmap'd safetensors, packed at load into 16-column panels for the own AVX-512 kernel (mapped pages released)"},
         "q8_0": {"step_s": qsecs, "gflops": q8_gflops, "matrix_bytes": q8_bytes,
                   "note": "Q8_0 repacked at load into int8 panels (block-32 scales), int8 activations, VNNI/AVX2 kernel; forward_peak_fraction_q8_0 is against the f32 FMA peak for continuity, _vs_vnni against the VNNI peak"},
         "int8_per_row": {"step_s": isecs, "gflops": int8_gflops, "note": "f32 weights requantised to int8 with per-row scales"},
