@@ -6,6 +6,7 @@ mod decoding;
 mod forward;
 mod npu;
 mod quality;
+mod kernels;
 mod synth;
 mod tasks;
 
@@ -20,6 +21,7 @@ const SUITES: &[(&str, &str)] = &[
     ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
     ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750 (issue 7)"),
     ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both (issue 6)"),
+    ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes (issue 3)"),
 ];
 
 fn main() -> Result<()> {
@@ -45,6 +47,7 @@ fn main() -> Result<()> {
             "decoding" => decoding::run(quick)?,
             "npu" => npu::run(quick)?,
             "ablation" => ablation::run(quick)?,
+            "kernels" => kernels::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

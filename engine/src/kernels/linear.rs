@@ -1,11 +1,15 @@
 //! The GEMM seam: a weight matrix in any storage format, multiplied by a block of activations.
 //! Model code calls [`Linear::forward`] and never branches on formats.
 
+use std::sync::Arc;
+
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::model::tensor::{DType, RawTensor, TensorBytes};
 
+use super::f32gemm::PackedF32;
+use super::int8::{Int8Weights, ScaleGroup};
 use super::quant::dequantize_into;
 
 /// How a weight matrix is held in memory.
@@ -17,6 +21,27 @@ pub enum WeightStorage {
     F32Owned(Vec<f32>),
     /// Any other storage (f16, bf16, GGUF blocks): rows are dequantised in panels at use.
     Packed { dtype: DType, bytes: TensorBytes },
+    /// Int8 codes repacked at load into the integer kernels' 16-row panels (replaces the loaded
+    /// bytes; shared so tied embeddings/heads are not duplicated).
+    Int8Packed(Arc<Int8Weights>),
+    /// f32 values repacked at load into 16-column panels for our AVX-512 microkernel
+    /// ([`super::f32gemm`]; measured faster than the `gemm` crate on this machine).
+    F32Packed(Arc<PackedF32>),
+}
+
+/// Which kernel family a weight matrix is prepared for at load ([`Linear::repack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelChoice {
+    /// Block-quantised GGUF types → int8 kernel (Q8_0/Q4_0 exactly, K-quants requantised per 32);
+    /// f32 → f32 panels for our microkernel; f16/bf16 stay as loaded.
+    #[default]
+    Auto,
+    /// Keep the loaded storage (f32 via the `gemm` crate; other types dequantised per panel at use).
+    Float,
+    /// Everything → int8 with one scale per output row (f32 requantised; fastest kernel).
+    Int8PerRow,
+    /// Everything → int8 with one scale per 32 k (Q8_0/Q4_0 exact).
+    Int8Block32,
 }
 
 /// A `[n_out, k_in]` weight matrix (HF `[out, in]` layout): `y = x · Wᵀ`.
@@ -81,6 +106,53 @@ impl Linear {
         match &self.storage {
             WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_) => DType::F32,
             WeightStorage::Packed { dtype, .. } => *dtype,
+            WeightStorage::Int8Packed(w) => w.source,
+            WeightStorage::F32Packed(_) => DType::F32,
+        }
+    }
+
+    /// Short name of the in-memory format (reports).
+    pub fn storage_name(&self) -> String {
+        match &self.storage {
+            WeightStorage::Int8Packed(w) if w.group == w.kp => format!("int8/row (from {})", w.source),
+            WeightStorage::Int8Packed(w) => format!("int8/32 (from {})", w.source),
+            _ => self.dtype().to_string(),
+        }
+    }
+
+    /// Converts the storage for `choice`, consuming `self` so the loaded bytes are dropped.
+    pub fn repack(self, choice: KernelChoice) -> Result<Linear> {
+        let (n, k) = (self.n_out, self.k_in);
+        let group = match (choice, &self.storage) {
+            (KernelChoice::Float, _) => return Ok(self),
+            (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,
+            (KernelChoice::Auto, WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_)) if super::f32gemm::available() => {
+                let packed = PackedF32::pack(n, k, |j, out| self.row_into(j, out));
+                self.release_mapped();
+                return Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::F32Packed(Arc::new(packed)) });
+            }
+            (KernelChoice::Auto, _) => return Ok(self),
+            (KernelChoice::Int8PerRow, _) => ScaleGroup::PerRow,
+            (KernelChoice::Int8Block32, _) => ScaleGroup::Block32,
+        };
+        let packed = match &self.storage {
+            WeightStorage::Int8Packed(w) if (group == ScaleGroup::PerRow) == (w.group == w.kp) => return Ok(self),
+            WeightStorage::Packed { dtype, bytes } if group == ScaleGroup::Block32 => {
+                Int8Weights::from_blocks(*dtype, bytes.as_slice(), n, k).ok_or_else(|| EngineError::UnsupportedDType {
+                    name: self.name.clone(),
+                    dtype: format!("{dtype} cannot be repacked to int8"),
+                })?
+            }
+            _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
+        };
+        self.release_mapped();
+        Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::Int8Packed(Arc::new(packed)) })
+    }
+
+    /// The loaded bytes were copied into a repacked form: drop their mapped pages from RSS.
+    fn release_mapped(&self) {
+        if let WeightStorage::F32Mapped(b) | WeightStorage::Packed { bytes: b, .. } = &self.storage {
+            b.release_pages();
         }
     }
 
@@ -90,6 +162,8 @@ impl Linear {
             WeightStorage::F32Mapped(b) => b.len(),
             WeightStorage::F32Owned(v) => v.len() * 4,
             WeightStorage::Packed { bytes, .. } => bytes.len(),
+            WeightStorage::Int8Packed(w) => w.bytes(),
+            WeightStorage::F32Packed(w) => w.bytes(),
         }
     }
 
@@ -97,7 +171,7 @@ impl Linear {
         match &self.storage {
             WeightStorage::F32Mapped(b) => bytemuck::try_cast_slice(b.as_slice()).ok(),
             WeightStorage::F32Owned(v) => Some(v),
-            WeightStorage::Packed { .. } => None,
+            WeightStorage::Packed { .. } | WeightStorage::Int8Packed(_) | WeightStorage::F32Packed(_) => None,
         }
     }
 
@@ -110,6 +184,8 @@ impl Linear {
                 let b = &bytes.as_slice()[r * rb..(r + 1) * rb];
                 let _ = dequantize_into(*dtype, b, out);
             }
+            WeightStorage::Int8Packed(w) => w.row_into(r, out),
+            WeightStorage::F32Packed(w) => w.row_into(r, out),
             _ => {
                 if let Some(w) = self.f32_slice() {
                     out.copy_from_slice(&w[r * k..(r + 1) * k]);
@@ -152,6 +228,11 @@ impl Linear {
                 );
             }
             return;
+        }
+        match &self.storage {
+            WeightStorage::Int8Packed(w) => return super::int8::gemm(w, x, m, y),
+            WeightStorage::F32Packed(w) => return super::f32gemm::gemm(w, x, m, y),
+            _ => {}
         }
         let WeightStorage::Packed { dtype, bytes } = &self.storage else { return };
         let rb = dtype.bytes_for(k).unwrap_or(0);
@@ -258,7 +339,9 @@ mod tests {
         #[test]
         fn f32_matches_reference(m in 1usize..40, n in 1usize..70, k in 1usize..90, seed in 0u64..1000) {
             let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
-            check(&Linear::from_f32("w", n, k, w), m, seed);
+            check(&Linear::from_f32("w", n, k, w.clone()), m, seed);
+            let packed = Linear::from_f32("w", n, k, w).repack(KernelChoice::Auto).unwrap();
+            check(&packed, m, seed);
         }
 
         #[test]
@@ -268,6 +351,54 @@ mod tests {
             let q = quantize_q8_0(&w).unwrap();
             let lin = Linear::from_raw_unchecked("w".into(), DType::Q8_0, TensorBytes::owned(q), n, k).unwrap();
             check(&lin, m, seed);
+        }
+
+        /// Repacked Q8_0 runs the int8 kernel: close to the f32 reference of the same Q8_0 weights
+        /// (only the activations are rounded to int8, ≤ |x|max/254 per element).
+        #[test]
+        fn q8_0_repacked_is_close(m in 1usize..20, n in 1usize..70, kb in 1usize..4, seed in 0u64..1000) {
+            let k = kb * 32;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            let q = quantize_q8_0(&w).unwrap();
+            let lin = Linear::from_raw_unchecked("w".into(), DType::Q8_0, TensorBytes::owned(q), n, k).unwrap();
+            let x: Vec<f32> = (0..m * k).map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0).collect();
+            let mut r = vec![0.0; m * n];
+            lin.forward_reference(&x, m, &mut r);
+            let lin = lin.repack(KernelChoice::Auto).unwrap();
+            prop_assert!(matches!(lin.storage, WeightStorage::Int8Packed(_)));
+            let mut y = vec![0.0; m * n];
+            lin.forward(&x, m, &mut y);
+            for (a, b) in y.iter().zip(&r) {
+                prop_assert!((a - b).abs() <= k as f32 / 254.0 + 1e-4, "{} vs {}", a, b);
+            }
+        }
+
+        /// Q4_0 (exact codes) and Q4_K (requantised per 32) repacked to int8, and f32 requantised
+        /// per row: close to the f32 reference of the loaded weights (int8 rounding of x and, for
+        /// Q4_K / f32, of w: each ≤ half a step of |max|/127 per element).
+        #[test]
+        fn repacked_formats_are_close(m in 1usize..12, n in 1usize..40, kb in 1usize..3, seed in 0u64..1000) {
+            use crate::kernels::quant::{quantize_q4_0, quantize_q4_k};
+            let k = kb * 256;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i as u64 * 40503 + seed) % 997) as f32 / 498.0 - 1.0).collect();
+            let x: Vec<f32> = (0..m * k).map(|i| (((i as u64 * 2654435761 + seed) % 1000) as f32 / 500.0) - 1.0).collect();
+            let cases = [
+                (Linear::from_raw_unchecked("w".into(), DType::Q4_0, TensorBytes::owned(quantize_q4_0(&w).unwrap()), n, k).unwrap(), KernelChoice::Auto),
+                (Linear::from_raw_unchecked("w".into(), DType::Q4_K, TensorBytes::owned(quantize_q4_k(&w).unwrap()), n, k).unwrap(), KernelChoice::Auto),
+                (Linear::from_f32("w", n, k, w.clone()), KernelChoice::Int8PerRow),
+            ];
+            for (lin, choice) in cases {
+                let mut r = vec![0.0; m * n];
+                lin.forward_reference(&x, m, &mut r);
+                let lin = lin.repack(choice).unwrap();
+                prop_assert!(matches!(lin.storage, WeightStorage::Int8Packed(_)));
+                let mut y = vec![0.0; m * n];
+                lin.forward(&x, m, &mut y);
+                for (a, b) in y.iter().zip(&r) {
+                    // |x| ≤ 1 and |w| ≤ 1.1: two half-steps of 1/127 per term, summed over k.
+                    prop_assert!((a - b).abs() <= 2.2 * k as f32 / 254.0 + 1e-3, "{} vs {}", a, b);
+                }
+            }
         }
     }
 }

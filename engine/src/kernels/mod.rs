@@ -3,6 +3,8 @@
 
 pub mod activation;
 pub mod attention;
+pub mod f32gemm;
+pub mod int8;
 pub mod linear;
 pub mod norm;
 pub mod peak;

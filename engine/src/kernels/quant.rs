@@ -144,6 +144,75 @@ pub fn quantize_q8_0(x: &[f32]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Quantises f32 values to Q4_0 blocks (llama.cpp's reference rule: the signed absmax maps to -8).
+pub fn quantize_q4_0(x: &[f32]) -> Option<Vec<u8>> {
+    if x.len() % 32 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(x.len() / 32 * 18);
+    for blk in x.chunks_exact(32) {
+        let max = blk.iter().fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        for j in 0..16 {
+            let q0 = ((blk[j] * id + 8.5) as i32).clamp(0, 15) as u8;
+            let q1 = ((blk[j + 16] * id + 8.5) as i32).clamp(0, 15) as u8;
+            out.push(q0 | (q1 << 4));
+        }
+    }
+    Some(out)
+}
+
+/// Quantises f32 values to Q4_K super-blocks with a simple min/max rule per 32-value sub-block
+/// (not llama.cpp's iterative search: good enough for benchmarks and tests of the layout).
+pub fn quantize_q4_k(x: &[f32]) -> Option<Vec<u8>> {
+    if x.len() % 256 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(x.len() / 256 * 144);
+    for sb in x.chunks_exact(256) {
+        let mut scale = [0.0f32; 8];
+        let mut min = [0.0f32; 8];
+        for (b, sub) in sb.chunks_exact(32).enumerate() {
+            let lo = sub.iter().fold(0.0f32, |a, &v| a.min(v));
+            let hi = sub.iter().fold(f32::MIN, |a, &v| a.max(v));
+            scale[b] = (hi - lo) / 15.0;
+            min[b] = -lo;
+        }
+        let d = f16::from_f32(scale.iter().fold(0.0f32, |a, &v| a.max(v)) / 63.0);
+        let dmin = f16::from_f32(min.iter().fold(0.0f32, |a, &v| a.max(v)) / 63.0);
+        let (df, dminf) = (d.to_f32(), dmin.to_f32());
+        let q6 = |v: f32, unit: f32| if unit > 0.0 { (v / unit).round().clamp(0.0, 63.0) as u8 } else { 0 };
+        let sc: Vec<u8> = scale.iter().map(|&v| q6(v, df)).collect();
+        let mn: Vec<u8> = min.iter().map(|&v| q6(v, dminf)).collect();
+        let mut s = [0u8; 12];
+        for j in 0..4 {
+            s[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+            s[j + 4] = mn[j] | ((mn[j + 4] >> 4) << 6);
+            s[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
+        }
+        out.extend_from_slice(&d.to_le_bytes());
+        out.extend_from_slice(&dmin.to_le_bytes());
+        out.extend_from_slice(&s);
+        let code = |v: f32, b: usize| -> u8 {
+            let unit = df * sc[b] as f32;
+            if unit == 0.0 {
+                return 0;
+            }
+            ((v + dminf * mn[b] as f32) / unit).round().clamp(0.0, 15.0) as u8
+        };
+        for c in 0..4 {
+            for l in 0..32 {
+                let lo = code(sb[64 * c + l], 2 * c);
+                let hi = code(sb[64 * c + 32 + l], 2 * c + 1);
+                out.push(lo | (hi << 4));
+            }
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +224,18 @@ mod tests {
         let y = dequantize(DType::Q8_0, &q, 64).unwrap();
         for (a, b) in x.iter().zip(&y) {
             assert!((a - b).abs() < 0.05, "{a} {b}");
+        }
+    }
+
+    #[test]
+    fn q4_roundtrips_are_close() {
+        let x: Vec<f32> = (0..512).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        for (dt, q) in [(DType::Q4_0, quantize_q4_0(&x).unwrap()), (DType::Q4_K, quantize_q4_k(&x).unwrap())] {
+            let y = dequantize(dt, &q, 512).unwrap();
+            for (a, b) in x.iter().zip(&y) {
+                // 4-bit codes over a range of 4: half a step is 4/15/2 ≈ 0.14, plus 6-bit scale rounding.
+                assert!((a - b).abs() < 0.3, "{dt}: {a} {b}");
+            }
         }
     }
 

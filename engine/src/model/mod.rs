@@ -14,6 +14,7 @@ pub mod weights;
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
+pub use crate::kernels::linear::KernelChoice;
 
 pub use chat::{ChatMessage, ChatTemplate, Role};
 pub use config::{Architecture, ModelConfig};
@@ -55,8 +56,14 @@ pub fn is_gguf(path: &Path) -> bool {
     path.extension().and_then(|e| e.to_str()).map(|e| e.eq_ignore_ascii_case("gguf")).unwrap_or(false)
 }
 
-/// Loads config and weights only (no tokenizer): an HF directory or a `.gguf` file.
+/// Loads config and weights only (no tokenizer): an HF directory or a `.gguf` file. Quantised matrices are repacked
+/// for the int8 kernels ([`KernelChoice::Auto`]); float ones stay as loaded.
 pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
+    load_transformer_with(path, KernelChoice::Auto)
+}
+
+/// As [`load_transformer`], preparing every matrix for `kernels` (e.g. requantise f32 to int8).
+pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Transformer, u64)> {
     if !path.exists() {
         return Err(EngineError::io(
             path,
@@ -65,7 +72,7 @@ pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     }
     if is_gguf(path) {
         let file = gguf::GgufFile::open(path)?;
-        return load_gguf_transformer(&file);
+        return load_gguf_transformer_with(&file, kernels);
     }
     let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
     let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
@@ -73,13 +80,20 @@ pub fn load_transformer(path: &Path) -> Result<(Transformer, u64)> {
     let names = arch::hf_scheme(&config);
     let weights = weights::ModelWeights::load(&src, names.as_ref(), &config)?;
     let bytes = crate::model::tensor::TensorSource::data_bytes(&src);
+    drop(src);
+    let weights = weights.repack(kernels)?;
     Ok((Transformer::new(config, weights), bytes))
 }
 
 /// Builds the transformer of an opened GGUF file (llama.cpp tensor names).
 pub fn load_gguf_transformer(file: &gguf::GgufFile) -> Result<(Transformer, u64)> {
+    load_gguf_transformer_with(file, KernelChoice::Auto)
+}
+
+/// As [`load_gguf_transformer`], preparing every matrix for `kernels`.
+pub fn load_gguf_transformer_with(file: &gguf::GgufFile, kernels: KernelChoice) -> Result<(Transformer, u64)> {
     let config = ModelConfig::from_gguf(file)?;
-    let weights = weights::ModelWeights::load(file, &arch::gguf_names::GgufNames, &config)?;
+    let weights = weights::ModelWeights::load(file, &arch::gguf_names::GgufNames, &config)?.repack(kernels)?;
     let bytes = crate::model::tensor::TensorSource::data_bytes(file);
     Ok((Transformer::new(config, weights), bytes))
 }

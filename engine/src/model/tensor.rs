@@ -116,6 +116,16 @@ impl TensorBytes {
         assert!(start + len <= self.len, "sub-range outside tensor bytes");
         TensorBytes { backing: self.backing.clone(), start: self.start + start, len }
     }
+    /// Drops the resident pages of a mapped view (after its contents were repacked elsewhere), so
+    /// they stop counting towards RSS; a later read faults them back in from the file.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        if let Backing::Mapped(m) = &self.backing {
+            // SAFETY: the map is a read-only file mapping: MADV_DONTNEED only discards clean pages,
+            // which the kernel re-reads from the file if anything touches them again.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, self.start, self.len) };
+        }
+    }
     /// Whether the bytes live in a file map rather than process memory.
     pub fn is_mapped(&self) -> bool {
         matches!(self.backing, Backing::Mapped(_))

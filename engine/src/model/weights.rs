@@ -1,7 +1,7 @@
 //! The generic transformer's weights, loaded from any [`TensorSource`] through a [`NameScheme`].
 
 use crate::error::{EngineError, Result};
-use crate::kernels::linear::Linear;
+use crate::kernels::linear::{KernelChoice, Linear};
 
 use super::arch::{ExpertLayout, Global, NameScheme, Part};
 use super::config::ModelConfig;
@@ -163,6 +163,47 @@ impl ModelWeights {
             }
         }
         Ok(out)
+    }
+
+    /// Every multiplied matrix converted for `choice`, consuming `self` so loaded bytes are
+    /// released as each is repacked (a tied head shares the repacked embedding).
+    pub fn repack(self, choice: KernelChoice) -> Result<Self> {
+        let ModelWeights { embedding, layers, final_norm, lm_head, tied_head } = self;
+        // An untied embedding is only row-gathered: keep its loaded (smallest, possibly mapped) form.
+        let (embedding, lm_head) = if tied_head {
+            let e = embedding.repack(choice)?;
+            (e.clone(), e)
+        } else {
+            (embedding, lm_head.repack(choice)?)
+        };
+        let layers = layers
+            .into_iter()
+            .map(|l| {
+                let ffn = match l.ffn {
+                    FeedForward::Dense { gate, up, down } => {
+                        FeedForward::Dense { gate: gate.repack(choice)?, up: up.repack(choice)?, down: down.repack(choice)? }
+                    }
+                    FeedForward::Moe { router, experts } => FeedForward::Moe {
+                        router: router.repack(choice)?,
+                        experts: experts
+                            .into_iter()
+                            .map(|e| {
+                                Ok(Expert { gate: e.gate.repack(choice)?, up: e.up.repack(choice)?, down: e.down.repack(choice)? })
+                            })
+                            .collect::<Result<_>>()?,
+                    },
+                };
+                Ok(LayerWeights {
+                    wq: l.wq.repack(choice)?,
+                    wk: l.wk.repack(choice)?,
+                    wv: l.wv.repack(choice)?,
+                    wo: l.wo.repack(choice)?,
+                    ffn,
+                    ..l
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(ModelWeights { embedding, layers, final_norm, lm_head, tied_head })
     }
 
     /// Bytes of all weight matrices (norms and biases excluded).
