@@ -84,6 +84,14 @@ pub struct DecodeArgs {
     /// LLaDA `confidence_eos_eot_inf`: EOS/EOT never win the confidence ranking.
     #[arg(long)]
     pub confidence_eos_eot_inf: bool,
+    /// Multi-block speculative decoding: a sliding window that pulls masked tokens of later blocks
+    /// into the forward (drafts) when the current block runs short (LLaDA-family models).
+    #[arg(long)]
+    pub speculative: bool,
+    /// Dual-path progressive revision: committed tokens stay revisable (visible) until stable; a
+    /// CPU path re-checks them concurrently with the dense path (LLaDA-family models).
+    #[arg(long)]
+    pub revision: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -192,6 +200,12 @@ impl DecodeArgs {
         }
         if let Some(v) = self.early_stop_eos {
             s.early_stop_eos = v;
+        }
+        if self.speculative {
+            s.speculative = Some(Default::default());
+        }
+        if self.revision {
+            s.revision = Some(Default::default());
         }
         s.logits_eos_inf |= self.logits_eos_inf;
         s.confidence_eos_eot_inf |= self.confidence_eos_eot_inf;

@@ -1,6 +1,7 @@
 //! Live denoising canvas in the terminal: redrawn after every step. Masked positions show as `▒`,
 //! visible (revisable) tokens in yellow, stable tokens coloured by confidence (green ≥ 0.9,
-//! default ≥ 0.5, red below), speculative drafts underlined, revised tokens bold.
+//! default ≥ 0.5, red below), speculative drafts of later blocks dim and underlined, revised
+//! tokens bold.
 
 use std::io::Write;
 
@@ -58,6 +59,8 @@ impl<'a> LiveCanvas<'a> {
 
     fn cell_text(&self, i: usize) -> String {
         match self.states[i] {
+            // A speculative draft of a later block: shown, but it is still a mask.
+            TokenState::Masked if self.speculative[i] => self.tokenizer.token_text(self.tokens[i]).replace('\n', "↵"),
             TokenState::Masked => "▒".into(),
             _ if self.special.contains(&self.tokens[i]) => "·".into(),
             _ => self.tokenizer.token_text(self.tokens[i]).replace('\n', "↵"),
@@ -69,9 +72,9 @@ impl<'a> LiveCanvas<'a> {
             return "";
         }
         match self.states[i] {
+            TokenState::Masked if self.speculative[i] => "\x1b[2;4m",
             TokenState::Masked => "\x1b[2m",
             TokenState::Visible => "\x1b[33m",
-            TokenState::Stable if self.speculative[i] => "\x1b[4m",
             TokenState::Stable if self.revised[i] => "\x1b[1m",
             TokenState::Stable if self.conf[i] >= 0.9 => "\x1b[32m",
             TokenState::Stable if self.conf[i] >= 0.5 => "",
