@@ -1,0 +1,233 @@
+"""Seeded data for the tiny LLaDA model.
+
+Prose: paragraphs ("passages") of the Gutenberg books, unwrapped. Each passage
+is assigned to a split by a hash of (book, passage index):
+  crc32 % 100 in [0, 2)  -> val,  [2, 4) -> test,  else -> train.
+Training never sees val/test passages.
+
+Synthetic tasks (exact answers): add, sub, reverse, sort, copy, kv, count,
+continue.  Train examples come from an RNG seeded with (TRAIN_SEED, step, ...);
+val / test sets come from separate seeds (VAL_SEED / TEST_SEED) and are written
+to models/data/{val,test}.jsonl.  Training generation rejects any prompt that
+appears in val or test.  "continue" examples use train passages for training
+and test/val passages for the held-out sets.
+
+Usage:  python models/train/data.py      # writes models/data/{val,test}.jsonl
+"""
+import glob
+import json
+import os
+import re
+import zlib
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.dirname(HERE)
+CORPUS_DIR = "/work/shared/data/corpus/gutenberg"
+DATA_DIR = os.path.join(MODELS, "data")
+
+TRAIN_SEED = 1234
+VAL_SEED = 777001
+TEST_SEED = 999001
+N_PER_TASK_HELDOUT = 50
+
+TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue"]
+
+# ---------------------------------------------------------------- chat format
+BOS, EOS, MASK, SH, EH, EOT = (
+    "<|startoftext|>", "<|endoftext|>", "<|mdm_mask|>",
+    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+SPECIAL_TOKENS = [BOS, EOS, MASK, SH, EH, EOT, "<role>", "</role>", "<|role_end|>", "<|pad|>"]
+
+
+def chat_prompt(msg):
+    """Prompt part of LLaDA's Llama-3 style chat template (generation starts right after)."""
+    return f"{BOS}{SH}user{EH}\n\n{msg}{EOT}{SH}assistant{EH}\n\n"
+
+
+def chat_answer(ans):
+    """Answer part; the trainer appends <|endoftext|> padding up to the sequence length."""
+    return f"{ans}{EOT}"
+
+
+# ---------------------------------------------------------------- prose
+def split_of(book, idx):
+    h = zlib.crc32(f"{book}:{idx}".encode()) % 100
+    if h < 2:
+        return "val"
+    if h < 4:
+        return "test"
+    return "train"
+
+
+_passage_cache = None
+
+
+def load_passages():
+    """Returns list of dicts {book, idx, split, text}; text is the unwrapped paragraph."""
+    global _passage_cache
+    if _passage_cache is not None:
+        return _passage_cache
+    out = []
+    for path in sorted(glob.glob(os.path.join(CORPUS_DIR, "*.txt"))):
+        book = os.path.basename(path)[:-4]
+        with open(path, encoding="utf-8", errors="replace") as f:
+            raw = f.read().replace("\r\n", "\n")
+        paras = re.split(r"\n\s*\n", raw)
+        idx = 0
+        for p in paras:
+            text = " ".join(p.split())
+            if not text:
+                continue
+            out.append({"book": book, "idx": idx, "split": split_of(book, idx), "text": text})
+            idx += 1
+    _passage_cache = out
+    return out
+
+
+def prose_documents(split):
+    """One string per book: the book's passages of `split` joined by blank lines."""
+    docs = {}
+    for p in load_passages():
+        if p["split"] == split:
+            docs.setdefault(p["book"], []).append(p["text"])
+    return ["\n\n".join(v) for _, v in sorted(docs.items())]
+
+
+# ---------------------------------------------------------------- word list
+_words_cache = None
+
+
+def word_list():
+    """Common lowercase words (3-7 letters) from train passages, deterministic order."""
+    global _words_cache
+    if _words_cache is not None:
+        return _words_cache
+    counts = {}
+    for p in load_passages():
+        if p["split"] != "train":
+            continue
+        for w in re.findall(r"[A-Za-z]+", p["text"]):
+            if w.islower() and 3 <= len(w) <= 7:
+                counts[w] = counts.get(w, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    _words_cache = [w for w, _ in ranked[:400]]
+    return _words_cache
+
+
+# ---------------------------------------------------------------- tasks
+def _words(rng, lo, hi, distinct=True):
+    W = word_list()
+    n = int(rng.integers(lo, hi + 1))
+    if distinct:
+        return [W[i] for i in rng.choice(len(W), size=n, replace=False)]
+    return [W[i] for i in rng.integers(0, len(W), size=n)]
+
+
+def gen_task(task, rng, passages=None):
+    """Returns (message, answer) for `task` using numpy Generator `rng`."""
+    if task == "add":
+        a, b = int(rng.integers(100, 1000)), int(rng.integers(100, 1000))
+        return f"What is {a}+{b}?", str(a + b)
+    if task == "sub":
+        a, b = int(rng.integers(100, 1000)), int(rng.integers(100, 1000))
+        if b > a:
+            a, b = b, a
+        return f"What is {a}-{b}?", str(a - b)
+    if task == "reverse":
+        w = _words(rng, 3, 5)
+        return "Reverse: " + " ".join(w), " ".join(reversed(w))
+    if task == "sort":
+        w = _words(rng, 3, 5)
+        return "Sort: " + " ".join(w), " ".join(sorted(w))
+    if task == "copy":
+        w = _words(rng, 3, 6, distinct=False)
+        return "Repeat: " + " ".join(w), " ".join(w)
+    if task == "kv":
+        n = int(rng.integers(3, 6))
+        keys = [chr(ord("a") + int(i)) for i in rng.choice(26, size=n, replace=False)]
+        vals = [int(v) for v in rng.integers(0, 10, size=n)]
+        q = int(rng.integers(0, n))
+        ctx = " ".join(f"{k}={v}" for k, v in zip(keys, vals))
+        return f"{ctx}. What is {keys[q]}?", str(vals[q])
+    if task == "count":
+        w = _words(rng, 2, 9, distinct=False)
+        return "How many words: " + " ".join(w), str(len(w))
+    if task == "continue":
+        # passages: list of word lists with >= 14 words
+        words = passages[int(rng.integers(0, len(passages)))]
+        k = int(rng.integers(6, 11))
+        max_start = len(words) - k - 6
+        start = int(rng.integers(0, max_start + 1)) if max_start > 0 else 0
+        return ("Continue: " + " ".join(words[start:start + k]),
+                " ".join(words[start + k:start + k + 6]))
+    raise ValueError(task)
+
+
+def continue_passages(split):
+    return [p["text"].split() for p in load_passages()
+            if p["split"] == split and len(p["text"].split()) >= 16]
+
+
+def heldout_set(split):
+    """Deterministic val/test task set: N_PER_TASK_HELDOUT distinct prompts per task."""
+    seed = VAL_SEED if split == "val" else TEST_SEED
+    passages = continue_passages(split)
+    rows = []
+    for ti, task in enumerate(TASKS):
+        rng = np.random.default_rng([seed, ti])
+        seen = set()
+        while len([r for r in rows if r["task"] == task]) < N_PER_TASK_HELDOUT:
+            if task == "continue":
+                # held-out continue prompts start at the beginning of a held-out passage
+                words = passages[int(rng.integers(0, len(passages)))]
+                k = 8
+                msg, ans = "Continue: " + " ".join(words[:k]), " ".join(words[k:k + 6])
+            else:
+                msg, ans = gen_task(task, rng)
+            if msg in seen:
+                continue
+            seen.add(msg)
+            rows.append({"task": task, "message": msg, "prompt": chat_prompt(msg), "answer": ans})
+    return rows
+
+
+class TaskSampler:
+    """Training task generator; excludes every val/test message."""
+
+    def __init__(self):
+        self.passages = continue_passages("train")
+        self.excluded = {r["message"] for s in ("val", "test") for r in heldout_set(s)}
+
+    def sample(self, rng, task=None):
+        while True:
+            t = task or TASKS[int(rng.integers(0, len(TASKS)))]
+            msg, ans = gen_task(t, rng, self.passages)
+            if msg not in self.excluded:
+                return t, msg, ans
+
+
+def write_heldout():
+    os.makedirs(DATA_DIR, exist_ok=True)
+    for split in ("val", "test"):
+        rows = heldout_set(split)
+        path = os.path.join(DATA_DIR, f"{split}.jsonl")
+        with open(path, "w") as f:
+            for r in rows:
+                f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
+                                    "message": r["message"]}) + "\n")
+        print(f"wrote {path}: {len(rows)} rows")
+
+
+if __name__ == "__main__":
+    ps = load_passages()
+    for s in ("train", "val", "test"):
+        sel = [p for p in ps if p["split"] == s]
+        print(s, len(sel), "passages", sum(len(p["text"]) for p in sel), "chars")
+    print("words:", word_list()[:20])
+    write_heldout()
+    rng = np.random.default_rng(0)
+    ts = TaskSampler()
+    for _ in range(8):
+        print(ts.sample(rng))

@@ -1,0 +1,228 @@
+"""PyTorch reference eval for the tiny LLaDA model (cross-check for the Rust engine).
+
+1. Task exact match on models/data/test.jsonl with LLaDA's reference decoding:
+   canvas = prompt + gen_length mask tokens; the generated region is split into
+   blocks of block_length, decoded left to right; each block gets
+   steps / n_blocks steps; per step the number of tokens to commit is
+   get_num_transfer_tokens (base = n // steps, the first n % steps steps get +1);
+   temperature 0 -> argmax; low_confidence remasking: confidence = softmax
+   probability (float64) of the argmax token; among still-masked positions of the
+   current block the top-k confidences are committed; committed tokens never
+   change.  No padding is used: examples are batched only with prompts of equal
+   token length, so every row is exactly the unbatched computation.
+   Answer = decoded text of the generated region up to the first <|eot_id|> or
+   <|endoftext|>, stripped.
+2. Masked-token accuracy on held-out (test split) prose windows at mask ratios
+   0.15 and 0.5 (one forward pass, argmax at masked positions).
+
+Usage: python models/train/eval.py [--model models/tiny-llada] [--n-per-task 50]
+Writes <model>/eval_results.json, <model>/eval_predictions.jsonl and <model>/reference_forward.json
+(logits of one forward pass, for Rust numerical cross-checks).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from tokenizers import Tokenizer  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data  # noqa: E402
+from model import load_hf  # noqa: E402
+
+MASK_ID, EOS_ID, EOT_ID = 2, 1, 5
+
+
+def get_num_transfer_tokens(mask_index, steps):
+    """mask_index: [B, L] bool. Returns [B, steps] int64 (LLaDA reference)."""
+    mask_num = mask_index.sum(dim=1, keepdim=True)
+    base = mask_num // steps
+    remainder = mask_num % steps
+    out = torch.zeros(mask_num.size(0), steps, dtype=torch.int64) + base
+    for i in range(mask_num.size(0)):
+        out[i, :remainder[i]] += 1
+    return out
+
+
+@torch.no_grad()
+def generate(model, prompt, gen_length=32, block_length=32, steps=32, temperature=0.0,
+             remasking="low_confidence", mask_id=MASK_ID, seed=0):
+    """prompt: LongTensor [B, P] (all rows the same length). Returns [B, P+gen_length]."""
+    assert gen_length % block_length == 0
+    n_blocks = gen_length // block_length
+    assert steps % n_blocks == 0
+    steps_per_block = steps // n_blocks
+    B, P = prompt.shape
+    x = torch.full((B, P + gen_length), mask_id, dtype=torch.long)
+    x[:, :P] = prompt
+    gen = torch.Generator().manual_seed(seed)
+    for nb in range(n_blocks):
+        s, e = P + nb * block_length, P + (nb + 1) * block_length
+        num_transfer = get_num_transfer_tokens(x[:, s:e] == mask_id, steps_per_block)
+        for i in range(steps_per_block):
+            mask_index = x == mask_id
+            logits = model(x).to(torch.float64)
+            if temperature > 0:   # Gumbel-max sampling as in the LLaDA reference
+                noise = torch.rand(logits.shape, generator=gen, dtype=torch.float64)
+                gumbel = (-torch.log(noise)) ** temperature
+                x0 = (logits.exp() / gumbel).argmax(-1)
+            else:
+                x0 = logits.argmax(-1)
+            if remasking == "low_confidence":
+                p = F.softmax(logits, dim=-1)
+                x0_p = torch.gather(p, -1, x0.unsqueeze(-1)).squeeze(-1)
+            elif remasking == "random":
+                x0_p = torch.rand(x0.shape, generator=gen, dtype=torch.float64)
+            else:
+                raise ValueError(remasking)
+            x0_p[:, e:] = -np.inf
+            x0 = torch.where(mask_index, x0, x)
+            confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -np.inf))
+            transfer = torch.zeros_like(x0, dtype=torch.bool)
+            for j in range(B):
+                k = int(num_transfer[j, i])
+                if k > 0:
+                    _, idx = torch.topk(confidence[j], k=k)
+                    transfer[j, idx] = True
+            x[transfer] = x0[transfer]
+    return x
+
+
+def extract_answer(tok, gen_ids):
+    out = []
+    for t in gen_ids:
+        if t in (EOT_ID, EOS_ID):
+            break
+        out.append(t)
+    return tok.decode(out, skip_special_tokens=False).strip()
+
+
+def task_eval(model, tok, rows, gen_cfg, log=True):
+    enc = [tok.encode(r["prompt"]).ids for r in rows]
+    groups = {}
+    for i, ids in enumerate(enc):
+        groups.setdefault(len(ids), []).append(i)
+    preds = [None] * len(rows)
+    gen_ids = [None] * len(rows)
+    for P, idxs in sorted(groups.items()):
+        for c in range(0, len(idxs), 64):
+            chunk = idxs[c:c + 64]
+            prompt = torch.tensor([enc[i] for i in chunk], dtype=torch.long)
+            out = generate(model, prompt, **gen_cfg)
+            for j, i in enumerate(chunk):
+                g = out[j, P:].tolist()
+                gen_ids[i] = g
+                preds[i] = extract_answer(tok, g)
+    per = {}
+    for r, p in zip(rows, preds):
+        d = per.setdefault(r["task"], [0, 0])
+        d[0] += int(p == r["answer"])
+        d[1] += 1
+    acc = {t: c / n for t, (c, n) in per.items()}
+    acc["overall"] = sum(c for c, _ in per.values()) / sum(n for _, n in per.values())
+    return acc, preds, gen_ids
+
+
+@torch.no_grad()
+def masked_token_acc(model, tok, ratios=(0.15, 0.5), n_windows=64, seq_len=128, seed=0, split="test"):
+    ids = []
+    for doc in data.prose_documents(split):
+        ids.extend(tok.encode(doc).ids)
+        ids.append(EOS_ID)
+    stream = np.asarray(ids)
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(stream) - seq_len, size=n_windows)
+    x = torch.from_numpy(np.stack([stream[s:s + seq_len] for s in starts])).long()
+    res = {}
+    for r in ratios:
+        k = int(round(r * seq_len))
+        masked = torch.zeros_like(x, dtype=torch.bool)
+        for i in range(n_windows):
+            masked[i, rng.permutation(seq_len)[:k]] = True
+        noisy = torch.where(masked, torch.full_like(x, MASK_ID), x)
+        correct, total, nll = 0, 0, 0.0
+        for c in range(0, n_windows, 16):
+            lg = model(noisy[c:c + 16])
+            m = masked[c:c + 16]
+            correct += (lg[m].argmax(-1) == x[c:c + 16][m]).sum().item()
+            nll += F.cross_entropy(lg[m], x[c:c + 16][m], reduction="sum").item()
+            total += int(m.sum())
+        res[f"mask{r}"] = {"acc": correct / total, "nll": nll / total, "n_tokens": total}
+    return res
+
+
+@torch.no_grad()
+def reference_forward(model, tok, prompt, gen_length):
+    """One forward pass on prompt + gen_length masks; small numbers for Rust logits cross-checks."""
+    ids = tok.encode(prompt).ids + [MASK_ID] * gen_length
+    lg = model(torch.tensor([ids]))[0].double()
+    return {"prompt": prompt, "input_ids": ids,
+            "argmax": lg.argmax(-1).tolist(),
+            "logsumexp": [round(v, 6) for v in torch.logsumexp(lg, -1).tolist()],
+            "logits_first8": [[round(v, 6) for v in row] for row in lg[:, :8].tolist()],
+            "logits_pos_last_full": [round(v, 6) for v in lg[-1].tolist()]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=os.path.join(data.MODELS, "tiny-llada"))
+    ap.add_argument("--data", default=os.path.join(data.DATA_DIR, "test.jsonl"))
+    ap.add_argument("--n-per-task", type=int, default=50)
+    ap.add_argument("--gen-length", type=int, default=None)
+    ap.add_argument("--block-length", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+
+    model = load_hf(args.model).eval()
+    tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
+    gen_cfg = json.load(open(os.path.join(args.model, "generation_config.json")))
+    for k, a in (("gen_length", args.gen_length), ("block_length", args.block_length), ("steps", args.steps)):
+        if a is not None:
+            gen_cfg[k] = a
+    rows = [json.loads(l) for l in open(args.data)]
+    counts, sel = {}, []
+    for r in rows:
+        if counts.get(r["task"], 0) < args.n_per_task:
+            counts[r["task"]] = counts.get(r["task"], 0) + 1
+            sel.append(r)
+
+    t0 = time.time()
+    acc, preds, gen_ids = task_eval(model, tok, sel, gen_cfg)
+    t_task = time.time() - t0
+    t0 = time.time()
+    mta = masked_token_acc(model, tok)
+    t_mask = time.time() - t0
+    result = {"model": args.model, "data": os.path.relpath(args.data, data.MODELS),
+              "gen_config": gen_cfg, "n_examples": len(sel), "task_exact_match": acc,
+              "prose_masked_token": mta, "seconds": {"tasks": round(t_task, 1), "masked": round(t_mask, 1)}}
+    print(json.dumps(result, indent=2))
+    if not args.no_write:
+        with open(os.path.join(args.model, f"eval_results{args.tag}.json"), "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        with open(os.path.join(args.model, f"eval_predictions{args.tag}.jsonl"), "w") as f:
+            for r, p, g in zip(sel, preds, gen_ids):
+                f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
+                                    "prediction": p, "correct": p == r["answer"],
+                                    "generated_ids": g}) + "\n")
+        with open(os.path.join(args.model, f"reference_forward{args.tag}.json"), "w") as f:
+            json.dump(reference_forward(model, tok, sel[0]["prompt"], gen_cfg["gen_length"]), f)
+            f.write("\n")
+    for r, p in list(zip(sel, preds))[::max(1, len(sel) // 16)]:
+        print(f"[{r['task']}] {r['message']!r} -> {p!r} (gold {r['answer']!r})")
+
+
+if __name__ == "__main__":
+    main()
