@@ -435,6 +435,24 @@ fn smollm2_q4_1_real_weights() {
     let got = greedy(&float, &prompt, want.len());
     println!("smollm2 greedy: {:?}", m.tokenizer.decode(&got, false));
     assert_eq!(got, want, "greedy ids differ from transformers' dequantised-f32 run");
+    // Logits of the first decoding steps against transformers' top-5 (ids and values).
+    let top5 = expected["top5_first_steps"].as_array().unwrap();
+    let mut seq = prompt.clone();
+    seq.extend_from_slice(&want[..top5.len() - 1]);
+    let pos: Vec<usize> = (0..seq.len()).collect();
+    let rows: Vec<usize> = (0..top5.len()).map(|i| prompt.len() - 1 + i).collect();
+    let out = float
+        .forward(&ForwardRequest { tokens: &seq, positions: &pos, logits_rows: &rows, kv: KvMode::Ignore }, None)
+        .unwrap();
+    for (i, step) in top5.iter().enumerate() {
+        let row = out.row(i);
+        let scale = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (id, want_logit) in step["ids"].as_array().unwrap().iter().zip(step["logits"].as_array().unwrap()) {
+            let (id, want_logit) = (id.as_u64().unwrap() as usize, want_logit.as_f64().unwrap() as f32);
+            let rel = (row[id] - want_logit).abs() / scale;
+            assert!(rel < 1e-3, "step {i} token {id}: ours {} vs transformers {want_logit} (rel {rel})", row[id]);
+        }
+    }
     // The default int8 path: report how long it follows the f32 continuation (int8 activation
     // noise can flip a close argmax; not asserted).
     let got8 = greedy(&m.transformer, &prompt, want.len());
