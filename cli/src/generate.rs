@@ -180,6 +180,7 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
             "/quit" | "/exit" => break,
             "/reset" => {
                 chat.messages.clear();
+                chat.ar_cache.clear();
                 eprintln!("(conversation cleared)");
                 continue;
             }
@@ -187,9 +188,9 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
         }
         let cancel = CancelFlag::new();
         let prompt_len = {
-            let mut probe = chat.clone();
-            probe.messages.push(ChatMessage::user(line));
-            probe.prompt_ids(&s.tokenizer)?.len()
+            let mut msgs = chat.messages.clone();
+            msgs.push(ChatMessage::user(line));
+            s.tokenizer.encode(&chat.template.render(&msgs, true))?.len()
         };
         let special = special_ids(&s);
         let mut reply_text = String::new();

@@ -631,3 +631,60 @@ fn predicted_mask_tokens_stay_masked_and_blocks_terminate() {
         assert_eq!(frames.iter().map(|f| f.changes.len()).sum::<usize>(), 8);
     }
 }
+
+/// AR chat turns reuse the conversation's K/V: the second call forwards only the new suffix and
+/// produces the same tokens as a fresh run of the whole prompt.
+#[test]
+fn ar_prefix_cache_reuses_earlier_turns_exactly() {
+    use unmask_engine::decode::ar::{generate_ar, generate_ar_reusing, ArPrefixCache};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/llama");
+    let (t, _) = unmask_engine::model::load_transformer(&dir).unwrap();
+    let mut backend = unmask_engine::backend::cpu::CpuBackend::new(std::sync::Arc::new(t));
+    let settings = DecodeSettings { gen_length: 6, block_length: 6, steps: 6, ..Default::default() };
+    let cancel = CancelFlag::new();
+    let first: Vec<u32> = vec![3, 17, 42, 99, 7, 150, 23];
+    let mut reuse = ArPrefixCache::default();
+    let mut widths = Vec::new();
+    let out1 = generate_ar_reusing(
+        &mut backend,
+        &first,
+        &settings,
+        &cancel,
+        &mut |f: &StepFrame| {
+            widths.push(f.forward_tokens);
+            std::ops::ControlFlow::Continue(())
+        },
+        &mut reuse,
+    )
+    .unwrap();
+    assert_eq!(widths[0], first.len());
+    // Next turn: the history (prompt + reply) plus a new user message.
+    let mut second = first.clone();
+    second.extend_from_slice(&out1.tokens);
+    second.extend_from_slice(&[11, 12, 13]);
+    let mut widths2 = Vec::new();
+    let out2 = generate_ar_reusing(
+        &mut backend,
+        &second,
+        &settings,
+        &cancel,
+        &mut |f: &StepFrame| {
+            widths2.push(f.forward_tokens);
+            std::ops::ControlFlow::Continue(())
+        },
+        &mut reuse,
+    )
+    .unwrap();
+    // Everything but the last fed-back reply token and the new message came from the cache.
+    assert_eq!(widths2[0], second.len() - (first.len() + out1.tokens.len() - 1));
+    let fresh =
+        generate_ar(
+            &mut backend,
+            &second,
+            &settings,
+            &cancel,
+            &mut |_: &StepFrame| std::ops::ControlFlow::Continue(()),
+        )
+        .unwrap();
+    assert_eq!(out2.tokens, fresh.tokens);
+}

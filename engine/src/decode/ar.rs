@@ -16,7 +16,30 @@ use super::sampling::{argmax, sample_categorical, softmax, top_k_filter, top_p_f
 use super::settings::DecodeSettings;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
-use crate::model::{ForwardRequest, KvMode};
+use crate::model::{ForwardRequest, KvCache, KvMode};
+
+/// K/V of tokens already run through a causal model, kept between calls so a new prompt that
+/// starts with them (the next chat turn) only forwards its new suffix. Exact for causal models:
+/// a token's K/V depend only on the tokens before it.
+#[derive(Debug, Clone, Default)]
+pub struct ArPrefixCache {
+    cache: Option<KvCache>,
+    /// Tokens whose K/V are valid at positions `0..tokens.len()`.
+    tokens: Vec<u32>,
+}
+
+impl ArPrefixCache {
+    /// Number of leading tokens of `prompt` whose K/V can be reused (at least one token is left
+    /// to forward, since the last prompt position must produce logits).
+    pub fn reusable(&self, prompt: &[u32]) -> usize {
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        common.min(prompt.len().saturating_sub(1))
+    }
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        *self = ArPrefixCache::default();
+    }
+}
 
 /// Picks the next token from a logits row: argmax at temperature 0, else temperature, top-p,
 /// top-k and a categorical draw. Returns (token, probability under the sampling distribution).
@@ -45,6 +68,19 @@ pub fn generate_ar(
     cancel: &CancelFlag,
     on_frame: &mut FrameSink<'_>,
 ) -> Result<DecodeOutput> {
+    generate_ar_reusing(backend, prompt, settings, cancel, on_frame, &mut ArPrefixCache::default())
+}
+
+/// [`generate_ar`] that starts from the K/V in `reuse` where `prompt` begins with its tokens,
+/// and leaves the K/V of this run (prompt and fed-back tokens) there for the next call.
+pub fn generate_ar_reusing(
+    backend: &mut dyn Backend,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+    cancel: &CancelFlag,
+    on_frame: &mut FrameSink<'_>,
+    reuse: &mut ArPrefixCache,
+) -> Result<DecodeOutput> {
     let cfg = backend.config().clone();
     if prompt.is_empty() {
         return Err(EngineError::InvalidRequest("AR decoding needs a non-empty prompt".into()));
@@ -65,12 +101,23 @@ pub fn generate_ar(
     let t0 = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     let mut canvas = Canvas::new(prompt, settings.gen_length, placeholder);
-    let mut cache = backend.new_cache(len);
+    let common = reuse.reusable(prompt);
+    let mut cache = match reuse.cache.take() {
+        Some(mut c) if common > 0 && c.n_layers() == cfg.n_layers && c.kv_dim() == cfg.kv_dim() => {
+            c.grow(len);
+            c.invalidate_from(common);
+            c
+        }
+        _ => backend.new_cache(len),
+    };
+    reuse.tokens.clear();
     let positions: Vec<usize> = (0..len).collect();
     let (mut tokens, mut frames, mut simulated) = (Vec::new(), 0usize, None::<f64>);
     let mut stop_reason = StopReason::Completed;
-    // The first step consumes the whole prompt; each later step feeds back the last token.
-    let mut window = (0usize, prompt.len());
+    // The first step consumes the prompt (minus what `reuse` already holds); each later step
+    // feeds back the last token.
+    let mut window = (common, prompt.len());
+    let mut fed = common;
     for step in 0..settings.gen_length {
         cancel.check()?;
         let step_t0 = Instant::now();
@@ -82,6 +129,7 @@ pub fn generate_ar(
             kv: KvMode::ReadWrite,
         };
         let (out, stats) = backend.forward(&req, Some(&mut cache))?;
+        fed = window.1;
         if let Some(s) = stats.simulated_s {
             *simulated.get_or_insert(0.0) += s;
         }
@@ -111,6 +159,8 @@ pub fn generate_ar(
         window = (pos, pos + 1);
     }
     let forwards = tokens.len();
+    reuse.tokens = canvas.tokens()[..fed].to_vec();
+    reuse.cache = Some(cache);
     Ok(DecodeOutput {
         steps: tokens.len(),
         forwards,

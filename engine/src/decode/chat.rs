@@ -1,15 +1,17 @@
 //! Multi-turn chat on top of [`generate`](super::generate): render history with the model's
 //! template, decode the assistant reply, trim it at EOT/EOS, append it to the history.
 //!
-//! KV reuse across turns: none — every turn recomputes the whole conversation. For a dLLM the
-//! previous turn's prefix K/V were computed while the reply was still (partly) masked and attend
-//! bidirectionally, so reusing them is an approximation of the same kind as the prefix cache; the
-//! prefix-cache mode already rebuilds the prompt's K/V in its first forward of each block, so the
-//! saving of cross-turn reuse would be one prompt-length forward per turn. Recomputing keeps every
-//! turn exactly equal to a fresh single-turn run of the rendered conversation.
+//! KV reuse across turns: for causal (AR) models the session keeps the K/V of the conversation so
+//! far ([`ArPrefixCache`]) and each turn forwards only the tokens the history does not already
+//! hold — exact, since a causal token's K/V depend only on earlier tokens. For dLLMs every turn
+//! recomputes the conversation: the previous turn's K/V were computed while the reply was still
+//! (partly) masked and attend bidirectionally, so reusing them would only approximate, and the
+//! prefix-cache mode rebuilds the prompt's K/V in its first forward of each block anyway.
+//! Recomputing keeps every dLLM turn exactly equal to a fresh run of the rendered conversation.
 
 use std::ops::ControlFlow;
 
+use super::ar::ArPrefixCache;
 use super::frame::{CancelFlag, StepFrame};
 use super::output::{trim_at_stop, DecodeOutput};
 use super::settings::DecodeSettings;
@@ -37,12 +39,14 @@ pub struct ChatSession {
     pub template: ChatTemplate,
     /// Settings every turn decodes with.
     pub settings: DecodeSettings,
+    /// K/V of the conversation so far (causal models only).
+    pub ar_cache: ArPrefixCache,
 }
 
 impl ChatSession {
     /// An empty conversation.
     pub fn new(template: ChatTemplate, settings: DecodeSettings) -> Self {
-        ChatSession { messages: Vec::new(), template, settings }
+        ChatSession { messages: Vec::new(), template, settings, ar_cache: ArPrefixCache::default() }
     }
 
     /// An empty conversation with a loaded model's template.
@@ -90,7 +94,7 @@ impl ChatSession {
     }
 
     fn decode_turn(
-        &self,
+        &mut self,
         backend: &mut dyn Backend,
         tokenizer: &TextTokenizer,
         cancel: &CancelFlag,
@@ -103,7 +107,11 @@ impl ChatSession {
             // LLaDA's config has no EOT id; its tokenizer does, and chat.py treats it as EOT.
             settings.eot_token_id = self.template.stop_strings().first().and_then(|s| tokenizer.token_id(s));
         }
-        let output = super::generate_dyn(backend, &prompt, &settings, cancel, on_frame)?;
+        let output = if backend.config().arch.is_diffusion() {
+            super::generate_dyn(backend, &prompt, &settings, cancel, on_frame)?
+        } else {
+            super::ar::generate_ar_reusing(backend, &prompt, &settings, cancel, on_frame, &mut self.ar_cache)?
+        };
         let tokens = trim_at_stop(&output.tokens, &stop).to_vec();
         let text = tokenizer.decode(&tokens, true);
         Ok(ChatReply { text, tokens, output })

@@ -35,6 +35,19 @@ impl KvCache {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+    /// Enlarges the cache to `capacity` positions, keeping every slot and its validity.
+    pub fn grow(&mut self, capacity: usize) {
+        if capacity <= self.capacity {
+            return;
+        }
+        // Rows are position-major, so growing is a resize of each layer's buffers.
+        for l in 0..self.n_layers {
+            self.k[l].resize(capacity * self.kv_dim, 0.0);
+            self.v[l].resize(capacity * self.kv_dim, 0.0);
+        }
+        self.valid.resize(capacity, false);
+        self.capacity = capacity;
+    }
     /// Width of one K (or V) row.
     pub fn kv_dim(&self) -> usize {
         self.kv_dim
