@@ -126,10 +126,17 @@ impl Linear {
         let group = match (choice, &self.storage) {
             (KernelChoice::Float, _) => return Ok(self),
             (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,
-            (KernelChoice::Auto, WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_)) if super::f32gemm::available() => {
+            (KernelChoice::Auto, WeightStorage::F32Mapped(_) | WeightStorage::F32Owned(_))
+                if super::f32gemm::available() =>
+            {
                 let packed = PackedF32::pack(n, k, |j, out| self.row_into(j, out));
                 self.release_mapped();
-                return Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::F32Packed(Arc::new(packed)) });
+                return Ok(Linear {
+                    name: self.name,
+                    n_out: n,
+                    k_in: k,
+                    storage: WeightStorage::F32Packed(Arc::new(packed)),
+                });
             }
             (KernelChoice::Auto, _) => return Ok(self),
             (KernelChoice::Int8PerRow, _) => ScaleGroup::PerRow,
@@ -138,9 +145,11 @@ impl Linear {
         let packed = match &self.storage {
             WeightStorage::Int8Packed(w) if (group == ScaleGroup::PerRow) == (w.group == w.kp) => return Ok(self),
             WeightStorage::Packed { dtype, bytes } if group == ScaleGroup::Block32 => {
-                Int8Weights::from_blocks(*dtype, bytes.as_slice(), n, k).ok_or_else(|| EngineError::UnsupportedDType {
-                    name: self.name.clone(),
-                    dtype: format!("{dtype} cannot be repacked to int8"),
+                Int8Weights::from_blocks(*dtype, bytes.as_slice(), n, k).ok_or_else(|| {
+                    EngineError::UnsupportedDType {
+                        name: self.name.clone(),
+                        dtype: format!("{dtype} cannot be repacked to int8"),
+                    }
                 })?
             }
             _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
@@ -202,31 +211,7 @@ impl Linear {
             return;
         }
         if let Some(w) = self.f32_slice() {
-            // SAFETY: x is m×k row-major, w is n×k row-major read as the k×n matrix Wᵀ (row stride 1,
-            // column stride k), y is m×n row-major; all slices are long enough (checked above).
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    y.as_mut_ptr(),
-                    1,
-                    n as isize,
-                    false,
-                    x.as_ptr(),
-                    1,
-                    k as isize,
-                    w.as_ptr(),
-                    k as isize,
-                    1,
-                    0.0f32,
-                    1.0f32,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::Rayon(rayon::current_num_threads()),
-                );
-            }
+            gemm_x_wt(m, n, k, x, w, y, gemm::Parallelism::Rayon(rayon::current_num_threads()));
             return;
         }
         match &self.storage {
@@ -248,30 +233,7 @@ impl Linear {
                     let _ = dequantize_into(*dtype, &bytes[j * rb..(j + 1) * rb], wr);
                 }
                 let mut yp = vec![0.0f32; m * (j1 - j0)];
-                // SAFETY: yp is m×(j1-j0), x is m×k, w is (j1-j0)×k read transposed; sizes match.
-                unsafe {
-                    gemm::gemm(
-                        m,
-                        j1 - j0,
-                        k,
-                        yp.as_mut_ptr(),
-                        1,
-                        (j1 - j0) as isize,
-                        false,
-                        x.as_ptr(),
-                        1,
-                        k as isize,
-                        w.as_ptr(),
-                        k as isize,
-                        1,
-                        0.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    );
-                }
+                gemm_x_wt(m, j1 - j0, k, x, &w, &mut yp, gemm::Parallelism::None);
                 (j0, yp)
             })
             .collect();
@@ -313,6 +275,36 @@ impl Linear {
                 y[i * n + j] = acc as f32;
             }
         }
+    }
+}
+
+/// `y[m, n] = x[m, k] · wᵀ` with `w` an `[n, k]` row-major matrix, through the `gemm` crate.
+fn gemm_x_wt(m: usize, n: usize, k: usize, x: &[f32], w: &[f32], y: &mut [f32], par: gemm::Parallelism) {
+    assert!(x.len() >= m * k && w.len() >= n * k && y.len() >= m * n, "gemm operands too short");
+    // SAFETY: x is m×k row-major, w is n×k row-major read as the k×n matrix wᵀ (row stride 1,
+    // column stride k), y is m×n row-major; the lengths were checked above.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            y.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            par,
+        );
     }
 }
 
