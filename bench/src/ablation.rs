@@ -3,7 +3,9 @@
 //! + both — accuracy, forwards, tokens per forward, CPU wall time and a simulated NPU latency;
 //! plus the confidence calibration that justifies the revision thresholds.
 //!
-//! Runs on the CPU backend only. `sim_*` figures come from a bucket cost model, **an estimate,
+//! Runs on the virtual NPU (SM8750 profile; real math on the CPU, its shape buckets drive the
+//! speculative window): `vnpu_sim_*` figures are the virtual NPU's **simulated** time for this
+//! (tiny) model. `sim_*` figures come from a bucket cost model for an 8B model, **an estimate,
 //! not a measurement**: a forward costs `FIXED_PER_FORWARD_S + padded_tokens × PER_TOKEN_S`,
 //! with the window padded to the next of `BUCKETS`. The constants stand for an 8B dLLM on a
 //! ~45 TOPS phone NPU (fixed part: launch plus weight streaming, which dominates small windows;
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use unmask_engine::backend::cpu::CpuBackend;
+use unmask_engine::backend::vnpu::{profile::DeviceProfile, VirtualNpu, VnpuConfig};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::revision::RevisionSettings;
@@ -71,6 +73,8 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
 #[derive(Default)]
 struct Extra {
     sim_s: f64,
+    /// Simulated time on the virtual NPU (SM8750 profile).
+    vnpu_sim_s: f64,
     padded_tokens: usize,
     drafts: usize,
     accepted: usize,
@@ -87,7 +91,7 @@ struct Extra {
 }
 
 fn run_variant(
-    backend: &mut CpuBackend,
+    backend: &mut dyn Backend,
     tok: &TextTokenizer,
     examples: &[TaskExample],
     v: &Variant,
@@ -105,12 +109,13 @@ fn run_variant(
             Some(&want) => t == want,
             None => stop.contains(&t),
         };
-        let (mut sim, mut pad) = (0.0, 0usize);
+        let (mut sim, mut pad, mut vsim) = (0.0, 0usize, 0.0f64);
         let mut held: Vec<Option<u32>> = vec![None; ids.len() + v.settings.gen_length];
         let (mut fixed, mut broke, mut neutral) = (0usize, 0usize, 0usize);
         let (out, stats): (DecodeOutput, DualPathStats) = {
             let mut sink = |f: &StepFrame| {
                 sim += sim_cost(f.forward_tokens);
+                vsim += f.simulated_s.unwrap_or(0.0);
                 pad += padded(f.forward_tokens);
                 let n_held = held.len();
                 for c in f.changes.iter().filter(|c| !c.speculative && c.pos >= p0 && c.pos < n_held) {
@@ -127,9 +132,9 @@ fn run_variant(
                 std::ops::ControlFlow::Continue(())
             };
             if v.npu_loop {
-                dual_path::run(backend as &mut dyn Backend, &ids, &v.settings, &cancel, &mut sink)?
+                dual_path::run(backend, &ids, &v.settings, &cancel, &mut sink)?
             } else {
-                (generate_dyn(backend as &mut dyn Backend, &ids, &v.settings, &cancel, &mut sink)?, DualPathStats::default())
+                (generate_dyn(backend, &ids, &v.settings, &cancel, &mut sink)?, DualPathStats::default())
             }
         };
         let answer_ids = trim_at_stop(&out.tokens, stop);
@@ -142,6 +147,7 @@ fn run_variant(
         r.generated_tokens += answer_ids.len().max(1);
         r.wall_s += out.wall_s;
         x.sim_s += sim;
+        x.vnpu_sim_s += vsim;
         x.padded_tokens += pad;
         x.drafts += stats.drafts;
         x.accepted += stats.accepted;
@@ -183,13 +189,13 @@ pub fn run(quick: bool) -> Result<Value> {
     let m = load_model(&dir)?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
     let tok = m.tokenizer;
-    let mut backend = CpuBackend::new(Arc::new(m.transformer));
+    let mut backend = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, VnpuConfig::default())?;
     let examples = tasks::load(&tasks::test_split(), per_task)?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
     let mut results = Vec::new();
     for v in variants(&base) {
         eprintln!("[ablation] tiny-llada {} on {} examples", v.name, examples.len());
-        let (r, x) = run_variant(&mut backend, &tok, &examples, &v, &stop)?;
+        let (r, x) = run_variant(&mut backend as &mut dyn Backend, &tok, &examples, &v, &stop)?;
         results.push((v.name, r, x));
     }
     let find = |n: &str| results.iter().position(|(name, _, _)| *name == n).unwrap_or(0);
@@ -198,6 +204,8 @@ pub fn run(quick: bool) -> Result<Value> {
     for (name, r, x) in &results {
         let mut v = r.to_json();
         v["sim_npu_s"] = json!(x.sim_s);
+        v["vnpu_sm8750_simulated_s"] = json!(x.vnpu_sim_s);
+        v["vnpu_latency_ratio_vs_prefix_cache"] = json!(x.vnpu_sim_s / results[prefix].2.vnpu_sim_s);
         v["sim_latency_ratio_vs_prefix_cache"] = json!(x.sim_s / results[prefix].2.sim_s);
         v["padded_tokens"] = json!(x.padded_tokens);
         v["drafts"] = json!(x.drafts);
@@ -219,6 +227,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "accuracy_spec_revision": acc(both),
             "forwards_ratio": results[both].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
             "sim_latency_ratio": results[both].2.sim_s / results[prefix].2.sim_s,
+            "vnpu_sim_latency_ratio": results[both].2.vnpu_sim_s / results[prefix].2.vnpu_sim_s,
         },
         "settings": base,
         "speculative": SpeculativeSettings { token_buckets: BUCKETS.to_vec(), ..Default::default() },

@@ -264,4 +264,9 @@ impl Backend for VirtualNpu {
         let launch = self.sim.target().launch_overhead_s * self.graphs_per_forward() as f64;
         Some(CostProfile { token_buckets: self.shape_buckets().tokens.clone(), launch_overhead_s: launch })
     }
+    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+        // The revision path runs on the phone's CPU cores, next to the NPU: a CPU executor on the
+        // same weights (its time is measured, not simulated).
+        Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
+    }
 }
