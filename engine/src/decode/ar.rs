@@ -2,7 +2,6 @@
 //! streaming one token per step through the same frames as the dLLM policies, so AR baselines
 //! run through the same API.
 
-use std::ops::ControlFlow;
 use std::time::Instant;
 
 use rand::SeedableRng;
@@ -172,15 +171,4 @@ pub fn generate_ar_reusing(
         stop_reason,
         canvas,
     })
-}
-
-/// [`generate_ar`] with a generic callback.
-pub fn generate_ar_with(
-    backend: &mut dyn Backend,
-    prompt: &[u32],
-    settings: &DecodeSettings,
-    cancel: &CancelFlag,
-    mut on_frame: impl FnMut(&StepFrame) -> ControlFlow<()>,
-) -> Result<DecodeOutput> {
-    generate_ar(backend, prompt, settings, cancel, &mut on_frame)
 }
