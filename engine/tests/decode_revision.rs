@@ -131,3 +131,39 @@ fn everything_stable_means_no_cpu_path() {
     let (b, _, _) = run_npu(&mut be, &p, &DecodeSettings { revision: None, ..s.clone() });
     assert_eq!(a.tokens, b.tokens);
 }
+
+/// On the virtual NPU the CPU path is the phone's CPU: its forwards are simulated on the profile's
+/// CPU cores and appear on the device timeline as `cpu_path` tasks beside the dense forward of
+/// their step; a step lasts as long as the longer path.
+#[test]
+fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::trace::Lane;
+    let mut npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let p = prompt("llada", 0);
+    let (out, stats, frames) = run_npu(&mut npu, &p, &settings(CacheMode::Prefix));
+    assert!(stats.concurrent && stats.cpu_forwards > 0);
+    let totals = npu.totals();
+    assert_eq!(totals.cpu_path.forwards, stats.cpu_forwards);
+    assert!(totals.cpu_path.simulated_s > 0.0 && totals.cpu_path.energy_j > 0.0);
+    let t = npu.timeline();
+    let cpu: Vec<_> = t.events.iter().filter(|e| e.category == "cpu_path").collect();
+    assert!(!cpu.is_empty());
+    assert!(cpu.iter().all(|e| matches!(e.lane, Lane::Cpu(i) if i >= 1)), "the CPU path never uses the core driving the NPU");
+    // Dense forwards (summary events on the NPU lane) never overlap a CPU task of an earlier
+    // step: each dense forward starts after everything recorded before it.
+    let dense: Vec<_> = t.events.iter().filter(|e| e.lane == Lane::Npu && e.is_summary()).collect();
+    for w in dense.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let between = cpu.iter().filter(|c| c.start_sim >= a.start_sim && c.start_sim < b.start_sim);
+        for c in between {
+            assert!(c.start_sim + c.dur_sim <= b.start_sim + 1e-12, "next dense forward starts after the CPU task");
+        }
+    }
+    // Every CPU task starts with the dense forward it ran beside.
+    assert!(cpu.iter().all(|c| dense.iter().any(|d| (d.start_sim - c.start_sim).abs() < 1e-12 || c.start_sim >= d.start_sim)));
+    // The decode's simulated total is the sum over steps of the longer path.
+    let per_step: f64 = frames.iter().filter_map(|f| f.simulated_s).sum();
+    assert!((out.simulated_s.unwrap() - per_step).abs() < 1e-9);
+    assert!((t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0), "timeline span {} vs steps {per_step}", t.end_sim());
+}

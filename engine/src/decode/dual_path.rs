@@ -229,7 +229,10 @@ pub fn run(
             // Dense path here, CPU path on a scoped thread; both end before the step boundary.
             let (dense, threaded, inline_job) = std::thread::scope(|s| {
                 let (handle, inline_job) = match (job, rev_backend.as_mut()) {
-                    (Some(j), Some(rb)) => (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None),
+                    (Some(j), Some(rb)) => {
+                        rb.begin_step();
+                        (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None)
+                    }
                     (j, _) => (None, j),
                 };
                 let dense = backend.forward(&req, kv.as_mut());
@@ -242,10 +245,6 @@ pub fn run(
             });
             let (out, fstats) = dense?;
             forwards += 1;
-            let step_sim = fstats.simulated_s;
-            if let Some(s) = step_sim {
-                *simulated.get_or_insert(0.0) += s;
-            }
             if let Some(k) = kv.as_mut() {
                 k.invalidate_from(first_masked);
             }
@@ -254,6 +253,16 @@ pub fn run(
                 (None, Some(j)) => Some(RevisionWorker::run(backend, j)?),
                 (None, None) => None,
             };
+            // The CPU path runs beside the dense forward: the step lasts as long as the longer
+            // of the two (inline revision adds to the dense path's time instead).
+            let step_sim = match (fstats.simulated_s, outcome.as_ref().and_then(|o| o.simulated_s)) {
+                (Some(d), Some(c)) if stats.concurrent => Some(d.max(c)),
+                (Some(d), Some(c)) => Some(d + c),
+                (d, c) => d.or(c),
+            };
+            if let Some(s) = step_sim {
+                *simulated.get_or_insert(0.0) += s;
+            }
 
             let mut logits = to_rows(&out.logits, out.vocab, rows.len(), backend.name())?.into_iter();
             let candidates: Vec<Candidate> = masked

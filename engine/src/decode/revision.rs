@@ -163,6 +163,8 @@ pub struct RevisionOutcome {
     pub pending: Option<PendingKv>,
     /// Forwards the CPU path ran.
     pub forwards: usize,
+    /// Simulated device seconds of those forwards, when the executor simulates a device.
+    pub simulated_s: Option<f64>,
     /// Thread the CPU path ran on.
     pub thread: ThreadId,
 }
@@ -184,7 +186,8 @@ impl RevisionWorker {
             masked[r] = job.mask_id;
         }
         let req = ForwardRequest { tokens: &masked, positions: &positions, logits_rows: &rows, kv };
-        let (out, _) = backend.forward(&req, job.cache.as_mut())?;
+        let (out, st) = backend.forward(&req, job.cache.as_mut())?;
+        let mut simulated_s = st.simulated_s;
         let logits = super::denoise::to_rows(&out.logits, out.vocab, rows.len(), backend.name())?;
         let checks: Vec<Check> = rows
             .iter()
@@ -220,14 +223,17 @@ impl RevisionWorker {
                     fixed[p - lo] = t;
                 }
                 let req = ForwardRequest { tokens: &fixed, positions: &positions, logits_rows: &[], kv: KvMode::ReadWrite };
-                backend.forward(&req, Some(cache))?;
+                let (_, st) = backend.forward(&req, Some(cache))?;
                 forwards += 1;
+                if let Some(s) = st.simulated_s {
+                    *simulated_s.get_or_insert(0.0) += s;
+                }
                 let at: Vec<usize> = revised.iter().map(|&(p, _)| p).collect();
                 Some(PendingKv { slots: revised, tiles: TiledKv::pack(cache, &at)? })
             }
             _ => None,
         };
-        Ok(RevisionOutcome { checks, verdicts, pending, forwards, thread: std::thread::current().id() })
+        Ok(RevisionOutcome { checks, verdicts, pending, forwards, simulated_s, thread: std::thread::current().id() })
     }
 }
 
@@ -339,6 +345,7 @@ mod tests {
             verdicts: vec![Verdict::Confirm],
             pending: None,
             forwards: 1,
+            simulated_s: None,
             thread: std::thread::current().id(),
         };
         assert!(life.apply(&mut canvas, &out, 1).is_empty());

@@ -8,6 +8,7 @@
 
 pub mod calibrate;
 pub mod cost;
+pub mod cpu_path;
 pub mod profile;
 pub mod replay;
 pub mod sim;
@@ -25,6 +26,7 @@ use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, 
 use crate::trace::{LanePower, Timeline, TraceEvent};
 
 pub use cost::{op_cost, ComputeTarget, OpCost, ShapeBucket, ShapeBuckets};
+pub use cpu_path::{CpuPath, CpuPathTotals, SharedLanes};
 pub use profile::{Cited, CoreCluster, CpuSpec, DeviceProfile, MemorySpec, NpuSpec};
 pub use sim::{LaunchSim, LogitRows, SimOptions, SimulatedStep, StepSimulator};
 
@@ -117,6 +119,8 @@ pub struct VnpuTotals {
     pub staging_copy_s: f64,
     /// Measured copy seconds that overlapped a layer's compute.
     pub staging_overlap_s: f64,
+    /// The CPU path of dual-path revision (simulated on the profile's CPU cores).
+    pub cpu_path: CpuPathTotals,
 }
 
 /// The virtual NPU backend.
@@ -125,7 +129,7 @@ pub struct VirtualNpu {
     profile: DeviceProfile,
     config: VnpuConfig,
     sim: StepSimulator,
-    timeline: Timeline,
+    lanes: SharedLanes,
     totals: VnpuTotals,
     origin: Instant,
     stream_plans: HashMap<(ShapeBucket, usize), Arc<StreamPlan>>,
@@ -137,13 +141,13 @@ impl VirtualNpu {
     pub fn new(model: Arc<Transformer>, profile: DeviceProfile, config: VnpuConfig) -> Result<Self> {
         crate::threads::init(0);
         let sim = simulator_for(&model.config, &profile, &config)?;
-        let timeline = Timeline::new(profile.display_name.clone());
+        let lanes = SharedLanes::new(profile.display_name.clone(), cpu_path::cpu_path_cores(&profile));
         Ok(VirtualNpu {
             model,
             profile,
             config,
             sim,
-            timeline,
+            lanes,
             totals: VnpuTotals::default(),
             origin: Instant::now(),
             stream_plans: HashMap::new(),
@@ -162,13 +166,13 @@ impl VirtualNpu {
     pub fn shape_buckets(&self) -> &ShapeBuckets {
         &self.sim.options().buckets
     }
-    /// Events recorded so far (simulated device time).
-    pub fn timeline(&self) -> &Timeline {
-        &self.timeline
+    /// A copy of the events recorded so far (simulated device time), the CPU path's tasks included.
+    pub fn timeline(&self) -> Timeline {
+        self.lanes.lock().timeline().clone()
     }
-    /// Totals over all forwards.
+    /// Totals over all forwards (the CPU path's in `cpu_path`).
     pub fn totals(&self) -> VnpuTotals {
-        self.totals
+        VnpuTotals { cpu_path: self.lanes.lock().cpu_path_totals(), ..self.totals }
     }
     /// What the last forward streamed through the staging slots (`None` when every weight it
     /// needed was resident).
@@ -193,7 +197,7 @@ impl VirtualNpu {
     }
     /// The timeline as Chrome trace / Perfetto JSON.
     pub fn chrome_trace(&self) -> serde_json::Value {
-        crate::trace::to_chrome_trace(&self.timeline, &LanePower::from_profile(&self.profile))
+        crate::trace::to_chrome_trace(self.lanes.lock().timeline(), &LanePower::from_profile(&self.profile))
     }
     /// The memory plan a forward of this shape would use.
     pub fn memory_plan(&self, tokens: usize, context: usize, logit_rows: usize) -> Result<MemoryPlan> {
@@ -211,7 +215,7 @@ impl VirtualNpu {
     fn graphs_per_forward(&self) -> usize {
         self.model.config.n_layers.div_ceil(self.sim.options().layers_per_graph) + 1
     }
-    fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
+    pub(crate) fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
         let block: HashSet<usize> = req.positions.iter().copied().collect();
         let cached = match (cache, req.kv) {
             (Some(c), KvMode::Read | KvMode::ReadWrite) => {
@@ -222,11 +226,16 @@ impl VirtualNpu {
         cached + req.tokens.len()
     }
     fn record(&mut self, step: &SimulatedStep, wall_start: f64, wall_s: f64, stream: Option<&StreamReport>) {
-        let t0 = self.timeline.end_sim();
+        let n_layers = self.model.config.n_layers;
+        let record_ops = self.config.record_trace;
+        let mut lanes = self.lanes.lock();
+        // Starts after every earlier event, the CPU path's tasks of the previous step included.
+        let t0 = lanes.begin_dense();
+        let timeline = lanes.timeline_mut();
         let scale = if step.time_s > 0.0 { wall_s / step.time_s } else { 0.0 };
         let mut offset = 0.0;
         let lane = self.sim.target().lane;
-        self.timeline.push(TraceEvent {
+        timeline.push(TraceEvent {
             lane,
             name: format!("forward {} tok (bucket {})", step.tokens, step.padded_tokens),
             category: TraceEvent::SUMMARY.into(),
@@ -239,8 +248,8 @@ impl VirtualNpu {
         for (li, l) in step.launches.iter().enumerate() {
             // The real forward streams by the first launch's plan.
             let stream = stream.filter(|_| li == 0);
-            self.timeline.push_counter("npu_visible_bytes", t0 + offset, l.peak_resident_bytes as f64);
-            if self.config.record_trace {
+            timeline.push_counter("npu_visible_bytes", t0 + offset, l.peak_resident_bytes as f64);
+            if record_ops {
                 for e in &l.events {
                     let mut e = e.clone();
                     // Per-op wall time is not measured (the real forward runs as one call): apportion
@@ -248,14 +257,12 @@ impl VirtualNpu {
                     e.wall_start = wall_start + (offset + e.start_sim) * scale;
                     e.wall_dur = e.dur_sim * scale;
                     // Transfers were really performed by the staging thread: use its measured spans.
-                    if let Some((start, dur)) =
-                        stream.and_then(|r| measured_copy(r, &l.events, &e, self.model.config.n_layers))
-                    {
+                    if let Some((start, dur)) = stream.and_then(|r| measured_copy(r, &l.events, &e, n_layers)) {
                         e.wall_start = wall_start + start;
                         e.wall_dur = dur;
                     }
                     e.start_sim += t0 + offset;
-                    self.timeline.push(e);
+                    timeline.push(e);
                 }
             }
             offset += l.time_s;
@@ -332,8 +339,8 @@ impl Backend for VirtualNpu {
     }
     fn revision_backend(&self) -> Option<Box<dyn Backend>> {
         // The revision path runs on the phone's CPU cores, next to the NPU: a CPU executor on the
-        // same weights (its time is measured, not simulated).
-        Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
+        // same weights, timed on the profile's CPU and recorded on this device's timeline.
+        Some(Box::new(CpuPath::new(Arc::clone(&self.model), &self.profile, self.lanes.clone(), self.origin)))
     }
 }
 
