@@ -167,3 +167,41 @@ fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
     assert!((out.simulated_s.unwrap() - per_step).abs() < 1e-9);
     assert!((t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0), "timeline span {} vs steps {per_step}", t.end_sim());
 }
+
+/// The virtual NPU keeps K/V in 32×32 tiles and its CPU path reads and writes them in place: the
+/// same generation as on the CPU backend (row-major cache), token for token.
+#[test]
+fn tiled_cache_on_the_virtual_npu_gives_the_cpu_tokens() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::backend::Backend;
+    use unmask_engine::model::KvLayout;
+    let m = model("llada");
+    let mut npu = VirtualNpu::new(m.clone(), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    assert_eq!(npu.new_cache(8).layout(), KvLayout::Tiled);
+    assert_eq!(npu.revision_backend().unwrap().new_cache(8).layout(), KvLayout::Tiled);
+    // A CPU backend (row-major cache, CPU-path twin) with the same shape buckets, so both runs
+    // plan the same windows.
+    let mut cpu = FakeNpu::new(m, Some(npu.cost_profile().unwrap().token_buckets));
+    let p = prompt("llada", 1);
+    let s = settings(CacheMode::Prefix);
+    let (a, sa, _) = run_npu(&mut npu, &p, &s);
+    let (b, sb, _) = run_npu(&mut cpu, &p, &s);
+    assert!(sa.merges.len() + sb.merges.len() > 0, "revisions merged K/V");
+    assert_eq!(sa.revisions, sb.revisions);
+    assert_eq!(a.tokens, b.tokens);
+}
+
+/// Revision on Dream (shifted logits): the CPU path scores position p from row p − 1 of its own
+/// re-masked window, revises, merges K/V, and with the dual cache too.
+#[test]
+fn revision_runs_on_dream_with_both_caches() {
+    for cache in [CacheMode::Prefix, CacheMode::Dual] {
+        let mut be = FakeNpu::new(model("dream"), Some(vec![16, 32, 64]));
+        let p = prompt("dream", 0);
+        let (out, stats, _) = run_npu(&mut be, &p, &settings(cache));
+        assert!(stats.cpu_forwards > 0 && !stats.checks.is_empty(), "{cache:?}");
+        assert!(stats.revisions > 0, "{cache:?}: no revision on random weights");
+        assert!(!stats.merges.is_empty(), "{cache:?}: revised K/V never merged");
+        assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+    }
+}

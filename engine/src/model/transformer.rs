@@ -235,8 +235,7 @@ impl Transformer {
         let mut vctx = Vec::with_capacity(ctx * kvd);
         if let Some(kc) = cache.as_deref() {
             for &p in cached {
-                kctx.extend_from_slice(kc.k_row(li, p));
-                vctx.extend_from_slice(kc.v_row(li, p));
+                kc.append_rows(li, p, &mut kctx, &mut vctx);
             }
         }
         kctx.extend_from_slice(&k);

@@ -13,7 +13,7 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, ForwardStats};
 use crate::error::Result;
 use crate::memory::graph::StepShape;
-use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig, Transformer};
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvLayout, ModelConfig, Transformer};
 use crate::trace::{Lane, Timeline, TraceEvent};
 
 use super::profile::DeviceProfile;
@@ -184,7 +184,7 @@ impl Backend for CpuPath {
         self.inner.config()
     }
     fn new_cache(&self, capacity: usize) -> KvCache {
-        self.inner.new_cache(capacity)
+        KvCache::with_layout(self.inner.config(), capacity, KvLayout::Tiled)
     }
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let n = req.tokens.len();

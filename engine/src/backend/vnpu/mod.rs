@@ -22,7 +22,7 @@ use crate::error::Result;
 use crate::memory::graph::{Precision, StepShape};
 use crate::memory::plan::{MemoryPlan, PlacementPolicy};
 use crate::memory::weight_stream::{forward_streamed, StreamPlan, StreamReport};
-use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvLayout, KvMode, ModelConfig, Transformer};
 use crate::trace::{LanePower, Timeline, TraceEvent};
 
 pub use cost::{op_cost, ComputeTarget, OpCost, ShapeBucket, ShapeBuckets};
@@ -278,7 +278,8 @@ impl Backend for VirtualNpu {
         &self.model.config
     }
     fn new_cache(&self, capacity: usize) -> KvCache {
-        self.model.new_cache(capacity)
+        // The NPU keeps K/V in 32×32 tiles; the CPU path reads and writes them in place.
+        KvCache::with_layout(&self.model.config, capacity, KvLayout::Tiled)
     }
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let n = req.tokens.len();
