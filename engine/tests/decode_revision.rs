@@ -131,3 +131,77 @@ fn everything_stable_means_no_cpu_path() {
     let (b, _, _) = run_npu(&mut be, &p, &DecodeSettings { revision: None, ..s.clone() });
     assert_eq!(a.tokens, b.tokens);
 }
+
+/// On the virtual NPU the CPU path is the phone's CPU: its forwards are simulated on the profile's
+/// CPU cores and appear on the device timeline as `cpu_path` tasks beside the dense forward of
+/// their step; a step lasts as long as the longer path.
+#[test]
+fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::trace::Lane;
+    let mut npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let p = prompt("llada", 0);
+    let (out, stats, frames) = run_npu(&mut npu, &p, &settings(CacheMode::Prefix));
+    assert!(stats.concurrent && stats.cpu_forwards > 0);
+    let totals = npu.totals();
+    assert_eq!(totals.cpu_path.forwards, stats.cpu_forwards);
+    assert!(totals.cpu_path.simulated_s > 0.0 && totals.cpu_path.energy_j > 0.0);
+    let t = npu.timeline();
+    let cpu: Vec<_> = t.events.iter().filter(|e| e.category == "cpu_path").collect();
+    assert!(!cpu.is_empty());
+    assert!(cpu.iter().all(|e| matches!(e.lane, Lane::Cpu(i) if i >= 1)), "the CPU path never uses the core driving the NPU");
+    // Dense forwards (summary events on the NPU lane) never overlap a CPU task of an earlier
+    // step: each dense forward starts after everything recorded before it.
+    let dense: Vec<_> = t.events.iter().filter(|e| e.lane == Lane::Npu && e.is_summary()).collect();
+    for w in dense.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let between = cpu.iter().filter(|c| c.start_sim >= a.start_sim && c.start_sim < b.start_sim);
+        for c in between {
+            assert!(c.start_sim + c.dur_sim <= b.start_sim + 1e-12, "next dense forward starts after the CPU task");
+        }
+    }
+    // Every CPU task starts with the dense forward it ran beside.
+    assert!(cpu.iter().all(|c| dense.iter().any(|d| (d.start_sim - c.start_sim).abs() < 1e-12 || c.start_sim >= d.start_sim)));
+    // The decode's simulated total is the sum over steps of the longer path.
+    let per_step: f64 = frames.iter().filter_map(|f| f.simulated_s).sum();
+    assert!((out.simulated_s.unwrap() - per_step).abs() < 1e-9);
+    assert!((t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0), "timeline span {} vs steps {per_step}", t.end_sim());
+}
+
+/// The virtual NPU keeps K/V in 32×32 tiles and its CPU path reads and writes them in place: the
+/// same generation as on the CPU backend (row-major cache), token for token.
+#[test]
+fn tiled_cache_on_the_virtual_npu_gives_the_cpu_tokens() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::backend::Backend;
+    use unmask_engine::model::KvLayout;
+    let m = model("llada");
+    let mut npu = VirtualNpu::new(m.clone(), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    assert_eq!(npu.new_cache(8).layout(), KvLayout::Tiled);
+    assert_eq!(npu.revision_backend().unwrap().new_cache(8).layout(), KvLayout::Tiled);
+    // A CPU backend (row-major cache, CPU-path twin) with the same shape buckets, so both runs
+    // plan the same windows.
+    let mut cpu = FakeNpu::new(m, Some(npu.cost_profile().unwrap().token_buckets));
+    let p = prompt("llada", 1);
+    let s = settings(CacheMode::Prefix);
+    let (a, sa, _) = run_npu(&mut npu, &p, &s);
+    let (b, sb, _) = run_npu(&mut cpu, &p, &s);
+    assert!(sa.merges.len() + sb.merges.len() > 0, "revisions merged K/V");
+    assert_eq!(sa.revisions, sb.revisions);
+    assert_eq!(a.tokens, b.tokens);
+}
+
+/// Revision on Dream (shifted logits): the CPU path scores position p from row p − 1 of its own
+/// re-masked window, revises, merges K/V, and with the dual cache too.
+#[test]
+fn revision_runs_on_dream_with_both_caches() {
+    for cache in [CacheMode::Prefix, CacheMode::Dual] {
+        let mut be = FakeNpu::new(model("dream"), Some(vec![16, 32, 64]));
+        let p = prompt("dream", 0);
+        let (out, stats, _) = run_npu(&mut be, &p, &settings(cache));
+        assert!(stats.cpu_forwards > 0 && !stats.checks.is_empty(), "{cache:?}");
+        assert!(stats.revisions > 0, "{cache:?}: no revision on random weights");
+        assert!(!stats.merges.is_empty(), "{cache:?}: revised K/V never merged");
+        assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+    }
+}

@@ -27,13 +27,13 @@ fn spec(trigger: usize, lookahead: usize, accept: bool) -> Option<SpeculativeSet
 /// always outside it, after it, and stay `Masked`.
 #[test]
 fn never_commits_outside_the_current_block() {
-    for cache in [CacheMode::None, CacheMode::Prefix] {
+    for (name, cache) in [("llada", CacheMode::None), ("llada", CacheMode::Prefix), ("llada", CacheMode::Dual), ("dream", CacheMode::Prefix), ("dream", CacheMode::Dual)] {
         for accept in [false, true] {
-            let mut be = FakeNpu::new(model("llada"), Some(vec![8, 16, 32, 64]));
-            let p = prompt("llada", 0);
+            let mut be = FakeNpu::new(model(name), Some(vec![8, 16, 32, 64]));
+            let p = prompt(name, 0);
             let s = DecodeSettings { cache, speculative: spec(8, 16, accept), threshold: Some(0.5), ..base() };
             let (out, stats, frames) = run_npu(&mut be, &p, &s);
-            assert!(stats.drafts > 0, "{cache:?}: lookahead never drafted");
+            assert!(stats.drafts > 0, "{name} {cache:?}: lookahead never drafted");
             for f in &frames {
                 for c in &f.changes {
                     if c.speculative {
@@ -43,7 +43,8 @@ fn never_commits_outside_the_current_block() {
                     }
                 }
             }
-            assert!(out.canvas.generated().iter().all(|&t| t != 255));
+            let mask = be.config().mask_token_id.unwrap();
+            assert!(out.canvas.generated().iter().all(|&t| t != mask), "{name} {cache:?}: masks left");
         }
     }
 }
@@ -184,9 +185,90 @@ fn settings_select_the_loop_and_stay_compatible() {
     .unwrap();
     assert!(drafts > 0, "generate did not route to the speculative loop");
 
-    let dual = DecodeSettings { cache: CacheMode::Dual, ..s.clone() };
-    assert!(matches!(generate(cpu.as_mut(), &p, &dual, &CancelFlag::new(), |_| ControlFlow::Continue(())), Err(EngineError::InvalidRequest(_))));
-    let mut dream: Box<dyn Backend> = Box::new(CpuBackend::new(model("dream")));
-    let dp = prompt("dream", 0);
-    assert!(matches!(generate(dream.as_mut(), &dp, &s, &CancelFlag::new(), |_| ControlFlow::Continue(())), Err(EngineError::InvalidRequest(_))));
+    let ar: Box<dyn Backend> = Box::new(CpuBackend::new(model("llama")));
+    let mut ar = ar;
+    let ap = prompt("llama", 0);
+    assert!(matches!(
+        unmask_engine::decode::dual_path::run(ar.as_mut(), &ap, &s, &CancelFlag::new(), &mut |_| ControlFlow::Continue(())),
+        Err(EngineError::InvalidRequest(_))
+    ), "a causal model has no canvas to speculate on");
+}
+
+/// Dream (shifted logits: row p − 1 predicts p) runs in the NPU-aware loop: without a cache and
+/// with acceptance off it is commit-for-commit Dream's reference decoder.
+#[test]
+fn dream_without_acceptance_and_cache_equals_the_reference_loop() {
+    let m = model("dream");
+    for i in 0..2 {
+        let p = prompt("dream", i);
+        let s = DecodeSettings { alg: unmask_engine::decode::DreamAlg::Entropy, ..base() };
+        let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new(Arc::clone(&m)));
+        let mut ref_frames: Vec<StepFrame> = Vec::new();
+        let reference = generate(cpu.as_mut(), &p, &s, &CancelFlag::new(), |f| {
+            ref_frames.push(f.clone());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let mut be = FakeNpu::new(Arc::clone(&m), Some(vec![16, 64]));
+        let (out, stats, frames) = run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
+        assert!(stats.drafts > 0);
+        assert_eq!(out.tokens, reference.tokens, "prompt {i}");
+        let commits = |fs: &[StepFrame]| -> Vec<Vec<(usize, u32)>> {
+            fs.iter().map(|f| f.changes.iter().filter(|c| !c.speculative).map(|c| (c.pos, c.token)).collect()).collect()
+        };
+        assert_eq!(commits(&frames), commits(&ref_frames));
+    }
+}
+
+/// A backend that records the attention context of every forward.
+struct ContextLog {
+    inner: CpuBackend,
+    log: Vec<(usize, usize, usize)>,
+}
+
+impl Backend for ContextLog {
+    fn name(&self) -> String {
+        "context-log".into()
+    }
+    fn config(&self) -> &unmask_engine::model::ModelConfig {
+        self.inner.config()
+    }
+    fn new_cache(&self, capacity: usize) -> unmask_engine::model::KvCache {
+        self.inner.new_cache(capacity)
+    }
+    fn forward(
+        &mut self,
+        req: &unmask_engine::model::ForwardRequest,
+        cache: Option<&mut unmask_engine::model::KvCache>,
+    ) -> unmask_engine::Result<(unmask_engine::model::ForwardOutput, unmask_engine::backend::ForwardStats)> {
+        let r = self.inner.forward(req, cache)?;
+        self.log.push((req.positions.first().copied().unwrap_or(0), req.tokens.len(), r.0.context_len));
+        Ok(r)
+    }
+    fn cost_profile(&self) -> Option<unmask_engine::backend::CostProfile> {
+        Some(unmask_engine::backend::CostProfile { token_buckets: vec![8, 16, 32, 64], launch_overhead_s: 1e-3 })
+    }
+}
+
+/// With the dual cache the window slides like the prefix cache's, but every forward also
+/// attends to the cached K/V right of the window: the context is always the whole canvas,
+/// whereas the prefix cache's windowed forwards see only the prefix and the window.
+#[test]
+fn dual_cache_windows_attend_to_the_cached_suffix() {
+    let m = model("llada");
+    let p = prompt("llada", 0);
+    let len = p.len() + base().gen_length;
+    let mut run = |cache| {
+        let mut be = ContextLog { inner: CpuBackend::new(Arc::clone(&m)), log: Vec::new() };
+        let s = DecodeSettings { cache, speculative: spec(4, 8, false), ..base() };
+        let (out, _, _) = run_npu(&mut be, &p, &s);
+        (out, be.log)
+    };
+    let (dual, dual_log) = run(CacheMode::Dual);
+    let (_, prefix_log) = run(CacheMode::Prefix);
+    let windowed = |log: &[(usize, usize, usize)]| log.iter().filter(|&&(start, n, _)| start > 0 || n < len).count();
+    assert!(windowed(&dual_log) > 0, "dual cache never narrowed the window");
+    assert!(dual_log.iter().all(|&(_, _, ctx)| ctx == len), "dual forwards see the whole canvas");
+    assert!(prefix_log.iter().any(|&(start, n, ctx)| ctx < len && (start > 0 || n < len)), "prefix forwards see less");
+    assert!(dual.canvas.generated().iter().all(|&t| t != 255));
 }

@@ -73,6 +73,6 @@ fn chrome_trace_has_processes_threads_slices_and_counters() {
     assert!((t.end_sim() - npu.totals().simulated_s).abs() < 1e-9);
     let energy = t.energy(&LanePower::from_profile(npu.profile()));
     assert!(energy.total_j > 0.0);
-    let direct = to_chrome_trace(t, &LanePower::from_profile(npu.profile()));
+    let direct = to_chrome_trace(&t, &LanePower::from_profile(npu.profile()));
     assert_eq!(direct, npu.chrome_trace());
 }

@@ -51,4 +51,7 @@ pub trait Backend: Send {
     fn revision_backend(&self) -> Option<Box<dyn Backend>> {
         None
     }
+    /// Called on a revision executor by the decoding loop just before the dense forward of a step
+    /// starts, so forwards that follow can be paired with that dense forward (timelines).
+    fn begin_step(&mut self) {}
 }

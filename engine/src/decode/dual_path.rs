@@ -10,7 +10,10 @@
 //!    remainder, plus lookahead when the trigger fires, padded to the token bucket). After the
 //!    forward the cache keeps exactly `[0, first masked position)`: those positions held their
 //!    real tokens during the forward, so their K/V are fresh; positions committed by this step
-//!    enter the cache in the next step's window.
+//!    enter the cache in the next step's window. The dual cache slides the window the same way
+//!    (tracking the fresh prefix itself) but keeps every slot valid, so the window also attends
+//!    to the stale K/V of the positions right of it (Fast-dLLM's dual cache, windowed).
+//!    Shifted-logit models (Dream: row p − 1 predicts p) start the window one position earlier.
 //! 2. **Rows.** LM-head rows only for masked positions of the current block and (speculation)
 //!    masked future positions inside the window. Visible tokens get rows only on the CPU path,
 //!    Stable tokens never (selective logit skipping).
@@ -18,8 +21,9 @@
 //!    backend's `revision_backend()` (inline after the dense forward when there is none).
 //! 4. **Commit.** The base policy selects from the current block's candidates only (plus
 //!    accepted drafts on the block's first step); future-block predictions become drafts.
-//! 5. **Step boundary.** Revisions are applied, their K/V (side buffer, tiled fp16) merged into
-//!    the prefix cache, and the block's Visible tokens promoted when the block completes.
+//! 5. **Step boundary.** Revisions are applied, their K/V (side buffer in the NPU's 32×32 tile
+//!    layout; on the virtual NPU the cache itself is tiled and is read and written in place)
+//!    merged into the cache, and the block's Visible tokens promoted when the block completes.
 //!
 //! Invariants (tested in `tests/decode_speculative.rs`):
 //! * No commit ever lands outside the current block; drafts are never committed while their
@@ -69,9 +73,6 @@ pub fn validate(settings: &DecodeSettings) -> Result<()> {
         return Ok(());
     }
     let bad = |m: &str| Err(EngineError::InvalidRequest(m.into()));
-    if settings.cache == CacheMode::Dual {
-        return bad("speculative decoding / revision support cache modes none and prefix, not dual");
-    }
     if settings.cfg_scale > 0.0 {
         return bad("speculative decoding / revision do not support classifier-free guidance");
     }
@@ -143,9 +144,12 @@ pub fn run(
     on_frame: &mut FrameSink<'_>,
 ) -> Result<(DecodeOutput, DualPathStats)> {
     let cfg = backend.config().clone();
-    if cfg.shift_logits || !cfg.arch.is_diffusion() {
-        return Err(EngineError::InvalidRequest("speculative decoding / revision support LLaDA-style models only".into()));
+    if !cfg.arch.is_diffusion() {
+        return Err(EngineError::InvalidRequest("speculative decoding / revision need a diffusion model".into()));
     }
+    // Dream predicts position p from row p − 1: windows reach one position further left.
+    let shift = cfg.shift_logits;
+    let src = |p: usize| if shift { p.saturating_sub(1) } else { p };
     settings.validate_for(&cfg, prompt)?;
     let mask = cfg
         .mask_token_id
@@ -162,8 +166,14 @@ pub fn run(
     let positions: Vec<usize> = (0..len).collect();
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     let mut draft_rng = ChaCha8Rng::seed_from_u64(settings.seed ^ DRAFT_SEED_XOR);
-    let prefix = settings.cache == CacheMode::Prefix;
-    let mut kv = prefix.then(|| backend.new_cache(len));
+    // Both caches slide the window's left edge to the first position without fresh K/V; the dual
+    // cache also keeps the (stale) K/V of everything right of the window valid.
+    let cached = settings.cache != CacheMode::None;
+    let dual = settings.cache == CacheMode::Dual;
+    let mut kv = cached.then(|| backend.new_cache(len));
+    // First position whose cached K/V is not fresh (dual cache; the prefix cache keeps exactly
+    // its fresh prefix valid, so it reads this from validity).
+    let mut fresh_to = 0usize;
     let mut rev_backend = settings.revision.as_ref().and_then(|_| backend.revision_backend());
     let mut life = settings.revision.clone().map(|r| Lifecycle::new(len, r));
     let mut book = DraftBook::new(len);
@@ -196,21 +206,26 @@ pub fn run(
             }
             let step_t0 = Instant::now();
             let step = steps;
-            let refresh = prefix && step_in_block == 0;
-            // First position the cache does not hold (the cache is always a contiguous prefix).
-            let cached_to = kv.as_ref().map_or(0, |k| (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len));
-            let frontier = if prefix && !refresh { cached_to.min(first_masked) } else { first_masked };
+            let refresh = cached && step_in_block == 0;
+            // First position without fresh K/V (for the prefix cache: the first invalid one, the
+            // cache always being a contiguous prefix).
+            let cached_to = match kv.as_ref() {
+                Some(_) if dual => fresh_to,
+                Some(k) => (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len),
+                None => 0,
+            };
+            let frontier = if cached && !refresh { cached_to.min(first_masked) } else { first_masked };
             let span = planner.plan(frontier, block.1, len, masked.len());
-            let (win_start, win_end, mode) = match (prefix, refresh) {
+            let (win_start, win_end, mode) = match (cached, refresh) {
                 (false, _) => (0, len, KvMode::Ignore),
                 (true, true) => (0, len, KvMode::ReadWrite),
-                (true, false) => (frontier, span.end, KvMode::ReadWrite),
+                (true, false) => (src(frontier), span.end, KvMode::ReadWrite),
             };
             let draft_pos = if spec.is_some() { canvas.masked_in(block.1, span.end.min(win_end)) } else { Vec::new() };
-            let rows: Vec<usize> = masked.iter().chain(&draft_pos).map(|&p| p - win_start).collect();
+            let rows: Vec<usize> = masked.iter().chain(&draft_pos).map(|&p| src(p) - win_start).collect();
             let job = life.as_ref().and_then(|l| {
                 let checks = l.pick_checks(&canvas, block.0, block.1);
-                let lo = if prefix { checks.first().map_or(cached_to, |&c| c.min(cached_to)) } else { 0 };
+                let lo = if cached { checks.first().map_or(cached_to, |&c| src(c).min(cached_to)) } else { 0 };
                 (!checks.is_empty()).then(|| RevisionJob {
                     positions: checks,
                     tokens: canvas.tokens().to_vec(),
@@ -218,6 +233,7 @@ pub fn run(
                     lo,
                     cache: kv.clone(),
                     settings: l.settings().clone(),
+                    shift,
                 })
             });
             let req = ForwardRequest {
@@ -229,7 +245,10 @@ pub fn run(
             // Dense path here, CPU path on a scoped thread; both end before the step boundary.
             let (dense, threaded, inline_job) = std::thread::scope(|s| {
                 let (handle, inline_job) = match (job, rev_backend.as_mut()) {
-                    (Some(j), Some(rb)) => (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None),
+                    (Some(j), Some(rb)) => {
+                        rb.begin_step();
+                        (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None)
+                    }
                     (j, _) => (None, j),
                 };
                 let dense = backend.forward(&req, kv.as_mut());
@@ -242,18 +261,27 @@ pub fn run(
             });
             let (out, fstats) = dense?;
             forwards += 1;
-            let step_sim = fstats.simulated_s;
-            if let Some(s) = step_sim {
-                *simulated.get_or_insert(0.0) += s;
-            }
-            if let Some(k) = kv.as_mut() {
-                k.invalidate_from(first_masked);
+            match kv.as_mut() {
+                // The window's K/V up to the first mask were computed from real tokens.
+                Some(_) if dual => fresh_to = first_masked,
+                Some(k) => k.invalidate_from(first_masked),
+                None => {}
             }
             let outcome: Option<RevisionOutcome> = match (threaded, inline_job) {
                 (Some(r), _) => Some(r?),
                 (None, Some(j)) => Some(RevisionWorker::run(backend, j)?),
                 (None, None) => None,
             };
+            // The CPU path runs beside the dense forward: the step lasts as long as the longer
+            // of the two (inline revision adds to the dense path's time instead).
+            let step_sim = match (fstats.simulated_s, outcome.as_ref().and_then(|o| o.simulated_s)) {
+                (Some(d), Some(c)) if stats.concurrent => Some(d.max(c)),
+                (Some(d), Some(c)) => Some(d + c),
+                (d, c) => d.or(c),
+            };
+            if let Some(s) = step_sim {
+                *simulated.get_or_insert(0.0) += s;
+            }
 
             let mut logits = to_rows(&out.logits, out.vocab, rows.len(), backend.name())?.into_iter();
             let candidates: Vec<Candidate> = masked

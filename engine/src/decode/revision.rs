@@ -126,6 +126,8 @@ pub struct RevisionJob {
     pub cache: Option<KvCache>,
     /// Rule knobs.
     pub settings: RevisionSettings,
+    /// Shifted logits (Dream): position p is predicted by row p − 1, which must lie in the window.
+    pub shift: bool,
 }
 
 /// Refreshed K/V of revised positions waiting for the step-boundary merge.
@@ -133,7 +135,7 @@ pub struct RevisionJob {
 pub struct PendingKv {
     /// `(position, revised token)` per tile row.
     pub slots: Vec<(usize, u32)>,
-    /// The rows, in the NPU's 32×32 fp16 tile layout.
+    /// The rows, in the NPU's 32×32 tile layout.
     pub tiles: TiledKv,
 }
 
@@ -163,6 +165,8 @@ pub struct RevisionOutcome {
     pub pending: Option<PendingKv>,
     /// Forwards the CPU path ran.
     pub forwards: usize,
+    /// Simulated device seconds of those forwards, when the executor simulates a device.
+    pub simulated_s: Option<f64>,
     /// Thread the CPU path ran on.
     pub thread: ThreadId,
 }
@@ -177,24 +181,28 @@ impl RevisionWorker {
         let len = job.tokens.len();
         let lo = job.lo.min(len);
         let positions: Vec<usize> = (lo..len).collect();
-        let rows: Vec<usize> = job.positions.iter().filter(|&&p| p >= lo && p < len).map(|&p| p - lo).collect();
+        // (position, window row predicting it) for each check the window can score.
+        let src = |p: usize| if job.shift { p.saturating_sub(1) } else { p };
+        let scored: Vec<(usize, usize)> =
+            job.positions.iter().filter(|&&p| p < len && src(p) >= lo).map(|&p| (p, src(p) - lo)).collect();
+        let rows: Vec<usize> = scored.iter().map(|&(_, r)| r).collect();
         let kv = if job.cache.is_some() { KvMode::Read } else { KvMode::Ignore };
         let mut masked = job.tokens[lo..].to_vec();
-        for &r in &rows {
-            masked[r] = job.mask_id;
+        for &(p, _) in &scored {
+            masked[p - lo] = job.mask_id;
         }
         let req = ForwardRequest { tokens: &masked, positions: &positions, logits_rows: &rows, kv };
-        let (out, _) = backend.forward(&req, job.cache.as_mut())?;
+        let (out, st) = backend.forward(&req, job.cache.as_mut())?;
+        let mut simulated_s = st.simulated_s;
         let logits = super::denoise::to_rows(&out.logits, out.vocab, rows.len(), backend.name())?;
-        let checks: Vec<Check> = rows
+        let checks: Vec<Check> = scored
             .iter()
             .zip(logits)
-            .map(|(&r, mut row)| {
+            .map(|(&(pos, _), mut row)| {
                 if let Some(m) = row.get_mut(job.mask_id as usize) {
                     *m = f64::NEG_INFINITY;
                 }
                 let p = softmax(&row);
-                let pos = lo + r;
                 let current = job.tokens[pos];
                 let best = super::sampling::argmax(&p);
                 Check { pos, current, p_current: p.get(current as usize).copied().unwrap_or(0.0), best: best as u32, p_best: p[best] }
@@ -220,14 +228,17 @@ impl RevisionWorker {
                     fixed[p - lo] = t;
                 }
                 let req = ForwardRequest { tokens: &fixed, positions: &positions, logits_rows: &[], kv: KvMode::ReadWrite };
-                backend.forward(&req, Some(cache))?;
+                let (_, st) = backend.forward(&req, Some(cache))?;
                 forwards += 1;
+                if let Some(s) = st.simulated_s {
+                    *simulated_s.get_or_insert(0.0) += s;
+                }
                 let at: Vec<usize> = revised.iter().map(|&(p, _)| p).collect();
                 Some(PendingKv { slots: revised, tiles: TiledKv::pack(cache, &at)? })
             }
             _ => None,
         };
-        Ok(RevisionOutcome { checks, verdicts, pending, forwards, thread: std::thread::current().id() })
+        Ok(RevisionOutcome { checks, verdicts, pending, forwards, simulated_s, thread: std::thread::current().id() })
     }
 }
 
@@ -339,6 +350,7 @@ mod tests {
             verdicts: vec![Verdict::Confirm],
             pending: None,
             forwards: 1,
+            simulated_s: None,
             thread: std::thread::current().id(),
         };
         assert!(life.apply(&mut canvas, &out, 1).is_empty());

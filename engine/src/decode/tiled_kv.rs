@@ -1,25 +1,26 @@
-//! K/V in the NPU's tiled layout: per layer, the `rows × kv_dim` K (and V) matrix stored as
-//! 32×32 fp16 tiles, tile-major (tile row, then tile column), each tile row-major. Edges are
-//! zero-padded to whole tiles. The CPU revision path writes refreshed rows here (its side
-//! buffer) so a device could take the tiles as-is; the step-boundary merge reads them back.
-
-use half::f16;
+//! The CPU revision path's side buffer: K/V rows of revised positions in the NPU's tiled layout —
+//! per layer, the `rows × kv_dim` K (and V) matrix in 32×32 tiles, tile-major (tile row, then tile
+//! column), row-major inside a tile, edges zero-padded — the same geometry as a
+//! [`KvLayout::Tiled`](crate::model::KvLayout) cache. Filling it from, and merging it into, a tiled
+//! cache copies 32-element tile rows in place: the cache is never converted to another layout.
+//! Values are kept as f32 (as the cache holds them) so a merge is exact.
 
 use crate::error::{EngineError, Result};
+use crate::model::kv_cache::KV_TILE;
 use crate::model::KvCache;
 
 /// Tile edge length (elements).
-pub const TILE: usize = 32;
+pub const TILE: usize = KV_TILE;
 
-/// K and V of `rows` positions for every layer, in 32×32 fp16 tiles.
+/// K and V of `rows` positions for every layer, in 32×32 tiles.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TiledKv {
     n_layers: usize,
     rows: usize,
     kv_dim: usize,
     col_tiles: usize,
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
 }
 
 impl TiledKv {
@@ -27,17 +28,10 @@ impl TiledKv {
     pub fn new(n_layers: usize, rows: usize, kv_dim: usize) -> Self {
         let col_tiles = kv_dim.div_ceil(TILE);
         let size = rows.div_ceil(TILE) * col_tiles * TILE * TILE;
-        TiledKv {
-            n_layers,
-            rows,
-            kv_dim,
-            col_tiles,
-            k: vec![vec![f16::ZERO; size]; n_layers],
-            v: vec![vec![f16::ZERO; size]; n_layers],
-        }
+        TiledKv { n_layers, rows, kv_dim, col_tiles, k: vec![vec![0.0; size]; n_layers], v: vec![vec![0.0; size]; n_layers] }
     }
 
-    /// Packs the given cache positions (in order) into a tiled buffer.
+    /// Copies the given cache positions (in order) into a side buffer, tile row by tile row.
     pub fn pack(cache: &KvCache, positions: &[usize]) -> Result<Self> {
         let mut t = TiledKv::new(cache.n_layers(), positions.len(), cache.kv_dim());
         for (row, &p) in positions.iter().enumerate() {
@@ -45,7 +39,10 @@ impl TiledKv {
                 return Err(EngineError::InvalidRequest(format!("position {p} outside a KV cache of {}", cache.capacity())));
             }
             for layer in 0..cache.n_layers() {
-                t.write_row(layer, row, cache.k_row(layer, p), cache.v_row(layer, p))?;
+                let (kb, vb) = (cache.k_buffer(layer), cache.v_buffer(layer));
+                for seg in cache.segments(p) {
+                    t.put(layer, row, seg.col, &kb[seg.offset..seg.offset + seg.len], &vb[seg.offset..seg.offset + seg.len]);
+                }
             }
         }
         Ok(t)
@@ -79,50 +76,66 @@ impl TiledKv {
         Ok(())
     }
 
-    /// Updates one position's K and V rows of `layer` inside their tiles (f32 → f16).
+    /// Pieces of columns `col..col + len` of a row that are contiguous here: (column, offset, n).
+    fn pieces(&self, row: usize, col: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let end = col + len;
+        let mut c = col;
+        std::iter::from_fn(move || {
+            if c >= end {
+                return None;
+            }
+            let n = (TILE - c % TILE).min(end - c);
+            let piece = (c, self.offset(row, c), n);
+            c += n;
+            Some(piece)
+        })
+    }
+
+    /// Writes columns `col..` of one row of `layer` (k and v of equal length).
+    fn put(&mut self, layer: usize, row: usize, col: usize, k: &[f32], v: &[f32]) {
+        let pieces: Vec<(usize, usize, usize)> = self.pieces(row, col, k.len()).collect();
+        for (c, at, n) in pieces {
+            self.k[layer][at..at + n].copy_from_slice(&k[c - col..c - col + n]);
+            self.v[layer][at..at + n].copy_from_slice(&v[c - col..c - col + n]);
+        }
+    }
+
+    /// Updates one position's K and V rows of `layer` inside their tiles.
     pub fn write_row(&mut self, layer: usize, row: usize, k: &[f32], v: &[f32]) -> Result<()> {
         self.check(layer, row, k.len())?;
         self.check(layer, row, v.len())?;
-        // A row spans `col_tiles` tiles; within a tile its 32 elements are contiguous.
-        for col0 in (0..self.kv_dim).step_by(TILE) {
-            let n = TILE.min(self.kv_dim - col0);
-            let at = self.offset(row, col0);
-            for (dst, &src) in self.k[layer][at..at + n].iter_mut().zip(&k[col0..col0 + n]) {
-                *dst = f16::from_f32(src);
-            }
-            for (dst, &src) in self.v[layer][at..at + n].iter_mut().zip(&v[col0..col0 + n]) {
-                *dst = f16::from_f32(src);
-            }
-        }
+        self.put(layer, row, 0, k, v);
         Ok(())
     }
 
-    /// Reads one position's K and V rows of `layer` back into f32 slices.
+    /// Reads one position's K and V rows of `layer` back into slices.
     pub fn read_row(&self, layer: usize, row: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
         self.check(layer, row, k.len())?;
         self.check(layer, row, v.len())?;
-        for col0 in (0..self.kv_dim).step_by(TILE) {
-            let n = TILE.min(self.kv_dim - col0);
-            let at = self.offset(row, col0);
-            for (dst, src) in k[col0..col0 + n].iter_mut().zip(&self.k[layer][at..at + n]) {
-                *dst = src.to_f32();
-            }
-            for (dst, src) in v[col0..col0 + n].iter_mut().zip(&self.v[layer][at..at + n]) {
-                *dst = src.to_f32();
-            }
+        for (c, at, n) in self.pieces(row, 0, self.kv_dim) {
+            k[c..c + n].copy_from_slice(&self.k[layer][at..at + n]);
+            v[c..c + n].copy_from_slice(&self.v[layer][at..at + n]);
         }
         Ok(())
     }
 
-    /// Writes row `row` of every layer into `cache` at position `pos` (validity unchanged).
+    /// Writes row `row` of every layer into `cache` at position `pos` (validity unchanged), tile
+    /// row by tile row into the cache's own layout.
     pub fn unpack_into(&self, row: usize, cache: &mut KvCache, pos: usize) -> Result<()> {
-        if pos >= cache.capacity() || cache.kv_dim() != self.kv_dim || cache.n_layers() != self.n_layers {
-            return Err(EngineError::InvalidRequest(format!("tiled KV row cannot go to cache position {pos}")));
+        if pos >= cache.capacity() || cache.kv_dim() != self.kv_dim || cache.n_layers() != self.n_layers || row >= self.rows
+        {
+            return Err(EngineError::InvalidRequest(format!("tiled KV row {row} cannot go to cache position {pos}")));
         }
-        let (mut k, mut v) = (vec![0.0f32; self.kv_dim], vec![0.0f32; self.kv_dim]);
+        let segs: Vec<_> = cache.segments(pos).collect();
         for layer in 0..self.n_layers {
-            self.read_row(layer, row, &mut k, &mut v)?;
-            cache.write(layer, pos, &k, &v);
+            let (kb, vb) = cache.kv_buffers_mut(layer);
+            for seg in &segs {
+                for (c, at, n) in self.pieces(row, seg.col, seg.len) {
+                    let dst = seg.offset + (c - seg.col);
+                    kb[dst..dst + n].copy_from_slice(&self.k[layer][at..at + n]);
+                    vb[dst..dst + n].copy_from_slice(&self.v[layer][at..at + n]);
+                }
+            }
         }
         Ok(())
     }
@@ -157,6 +170,34 @@ mod tests {
         assert!(k2.iter().chain(&v2).all(|&x| x == 0.0));
         t.read_row(0, 33, &mut k2, &mut v2).unwrap();
         assert!(k2.iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn pack_and_unpack_are_exact_for_both_cache_layouts() {
+        use crate::model::KvLayout;
+        let mut cfg = crate::memory::plan_test_config();
+        cfg.n_layers = 2;
+        cfg.n_kv_heads = 1;
+        cfg.head_dim = 70;
+        for layout in [KvLayout::RowMajor, KvLayout::Tiled] {
+            let mut cache = KvCache::with_layout(&cfg, 50, layout);
+            for p in 0..50 {
+                for l in 0..2 {
+                    let k: Vec<f32> = (0..70).map(|i| (p * 7 + l * 3 + i) as f32 * 0.25).collect();
+                    cache.write(l, p, &k, &k.iter().map(|x| x + 1.0).collect::<Vec<_>>());
+                }
+            }
+            let t = TiledKv::pack(&cache, &[3, 33, 49]).unwrap();
+            let mut other = KvCache::with_layout(&cfg, 50, layout);
+            for (row, p) in [3usize, 33, 49].into_iter().enumerate() {
+                t.unpack_into(row, &mut other, p).unwrap();
+                for l in 0..2 {
+                    assert_eq!(other.k_row(l, p), cache.k_row(l, p));
+                    assert_eq!(other.v_row(l, p), cache.v_row(l, p));
+                }
+            }
+            assert!(other.k_row(0, 4).iter().all(|&x| x == 0.0), "neighbours untouched");
+        }
     }
 
     #[test]

@@ -124,7 +124,13 @@ impl Int8Weights {
     }
 
     /// Quantises f32 rows (`row(j, out[k])`) to int8 codes with absmax scales per group.
-    pub fn from_f32_rows(n: usize, k: usize, group: ScaleGroup, source: DType, row: impl Fn(usize, &mut [f32]) + Sync) -> Self {
+    pub fn from_f32_rows(
+        n: usize,
+        k: usize,
+        group: ScaleGroup,
+        source: DType,
+        row: impl Fn(usize, &mut [f32]) + Sync,
+    ) -> Self {
         Self::pack(n, k, group, source, |j, q, s| {
             let mut f = vec![0.0f32; k];
             row(j, &mut f);
@@ -305,7 +311,17 @@ impl QuantizedRows {
 
 /// Plain reference: `y[i, j] = sx[i] · Σ_g sw[j, g] · Σ_{k∈g} qx·qw` from unpacked codes, with
 /// i32 inner sums and f64 outer sums.
-pub fn reference_gemm(qx: &[i8], sx: &[f32], m: usize, qw: &[i8], sw: &[f32], n: usize, kp: usize, group: usize, y: &mut [f32]) {
+pub fn reference_gemm(
+    qx: &[i8],
+    sx: &[f32],
+    m: usize,
+    qw: &[i8],
+    sw: &[f32],
+    n: usize,
+    kp: usize,
+    group: usize,
+    y: &mut [f32],
+) {
     let ng = kp / group;
     for i in 0..m {
         for j in 0..n {
@@ -434,7 +450,13 @@ mod x86 {
     /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
     /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni_tile<const MR: usize, const NP: usize>(w: &Int8Weights, xq: &QuantizedRows, i0: usize, p0: usize, y: *mut f32) {
+    unsafe fn vnni_tile<const MR: usize, const NP: usize>(
+        w: &Int8Weights,
+        xq: &QuantizedRows,
+        i0: usize,
+        p0: usize,
+        y: *mut f32,
+    ) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
         let pstride = kp * PANEL;
@@ -568,7 +590,10 @@ mod tests {
 
     /// Deterministic codes in ±127 from a seed.
     fn codes(len: usize, seed: u64) -> Vec<i8> {
-        (0..len).map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed * 97) % 255) as i32 - 127).map(|v| v as i8).collect()
+        (0..len)
+            .map(|i| ((i as u64).wrapping_mul(2654435761).wrapping_add(seed * 97) % 255) as i32 - 127)
+            .map(|v| v as i8)
+            .collect()
     }
 
     fn packed(n: usize, k: usize, group: ScaleGroup, qw: &[i8], sw: &[f32]) -> Int8Weights {

@@ -158,6 +158,23 @@ impl Linear {
         Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::Int8Packed(Arc::new(packed)) })
     }
 
+    /// A copy that owns fresh storage holding the same bytes (what a DMA transfer into a staging
+    /// slot produces): computing with it gives bit-identical results to computing with `self`.
+    pub fn staged_copy(&self) -> Linear {
+        let storage = match &self.storage {
+            WeightStorage::F32Mapped(b) => WeightStorage::F32Owned(
+                b.as_slice().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+            WeightStorage::F32Owned(v) => WeightStorage::F32Owned(v.clone()),
+            WeightStorage::Packed { dtype, bytes } => {
+                WeightStorage::Packed { dtype: *dtype, bytes: TensorBytes::owned(bytes.as_slice().to_vec()) }
+            }
+            WeightStorage::Int8Packed(w) => WeightStorage::Int8Packed(Arc::new(Int8Weights::clone(w))),
+            WeightStorage::F32Packed(w) => WeightStorage::F32Packed(Arc::new(PackedF32::clone(w))),
+        };
+        Linear { name: self.name.clone(), n_out: self.n_out, k_in: self.k_in, storage }
+    }
+
     /// The loaded bytes were copied into a repacked form: drop their mapped pages from RSS.
     fn release_mapped(&self) {
         if let WeightStorage::F32Mapped(b) | WeightStorage::Packed { bytes: b, .. } = &self.storage {

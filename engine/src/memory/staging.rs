@@ -21,7 +21,7 @@ pub struct StagedOp {
 }
 
 /// A wall-clock interval relative to the start of the run, seconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct WallSpan {
     /// Start, seconds since the run began.
     pub start: f64,
@@ -159,7 +159,7 @@ impl StagingArena {
 }
 
 /// Total length of the intersection of two sets of intervals (each set internally non-overlapping).
-fn overlap(a: &[(usize, WallSpan)], b: &[(usize, WallSpan)]) -> f64 {
+pub(crate) fn overlap(a: &[(usize, WallSpan)], b: &[(usize, WallSpan)]) -> f64 {
     let mut total = 0.0;
     for (_, x) in a {
         for (_, y) in b {

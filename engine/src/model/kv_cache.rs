@@ -4,8 +4,28 @@
 //! K/V the next forward may attend to. Prefix caching keeps `[0, block_start)` valid; dual caching
 //! keeps everything valid and overwrites the block's slots each step; revision (later) rewrites
 //! single slots. A forward's own block always overrides the cached slots of its positions.
+//!
+//! Two memory layouts hold the same values: row-major (the CPU's: one contiguous row per
+//! position) and the NPU's tiled layout ([`KvLayout::Tiled`]: per layer, the `positions × kv_dim`
+//! matrix in 32×32 tiles, tile-major, each tile row-major, edges zero-padded), which the virtual
+//! NPU keeps and the CPU revision path reads and writes in place.
+
+use std::borrow::Cow;
 
 use super::config::ModelConfig;
+
+/// Tile edge (elements) of [`KvLayout::Tiled`].
+pub const KV_TILE: usize = 32;
+
+/// How a cache lays out its rows in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvLayout {
+    /// One contiguous `kv_dim` row per position.
+    #[default]
+    RowMajor,
+    /// 32×32 tiles, tile-major (tile row, then tile column), row-major inside a tile.
+    Tiled,
+}
 
 /// Keys and values for `capacity` positions of every layer.
 #[derive(Debug, Clone)]
@@ -13,22 +33,60 @@ pub struct KvCache {
     n_layers: usize,
     kv_dim: usize,
     capacity: usize,
+    layout: KvLayout,
     k: Vec<Vec<f32>>,
     v: Vec<Vec<f32>>,
     valid: Vec<bool>,
 }
 
+/// One piece of a row that is contiguous in memory: columns `col..col + len` at `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowSegment {
+    /// First column.
+    pub col: usize,
+    /// Offset of that column's element in the layer buffer.
+    pub offset: usize,
+    /// Contiguous elements.
+    pub len: usize,
+}
+
 impl KvCache {
-    /// An empty cache for `capacity` positions.
+    /// An empty row-major cache for `capacity` positions.
     pub fn new(cfg: &ModelConfig, capacity: usize) -> Self {
+        Self::with_layout(cfg, capacity, KvLayout::RowMajor)
+    }
+    /// An empty cache for `capacity` positions in `layout`.
+    pub fn with_layout(cfg: &ModelConfig, capacity: usize, layout: KvLayout) -> Self {
         let kv_dim = cfg.kv_dim();
+        let len = layer_len(layout, capacity, kv_dim);
         KvCache {
             n_layers: cfg.n_layers,
             kv_dim,
             capacity,
-            k: (0..cfg.n_layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![0.0; capacity * kv_dim]).collect(),
+            layout,
+            k: (0..cfg.n_layers).map(|_| vec![0.0; len]).collect(),
+            v: (0..cfg.n_layers).map(|_| vec![0.0; len]).collect(),
             valid: vec![false; capacity],
+        }
+    }
+    /// The memory layout.
+    pub fn layout(&self) -> KvLayout {
+        self.layout
+    }
+    /// The contiguous pieces of position `pos`'s row, in column order (one for row-major, one
+    /// per tile column for tiled).
+    pub fn segments(&self, pos: usize) -> impl Iterator<Item = RowSegment> + '_ {
+        let (d, layout) = (self.kv_dim, self.layout);
+        let step = if layout == KvLayout::Tiled { KV_TILE } else { d.max(1) };
+        (0..d).step_by(step).map(move |col| RowSegment { col, offset: self.offset(pos, col), len: step.min(d - col) })
+    }
+    fn offset(&self, pos: usize, col: usize) -> usize {
+        match self.layout {
+            KvLayout::RowMajor => pos * self.kv_dim + col,
+            KvLayout::Tiled => {
+                let col_tiles = self.kv_dim.div_ceil(KV_TILE);
+                ((pos / KV_TILE) * col_tiles + col / KV_TILE) * KV_TILE * KV_TILE + (pos % KV_TILE) * KV_TILE + col % KV_TILE
+            }
         }
     }
     /// Positions the cache can hold.
@@ -40,10 +98,11 @@ impl KvCache {
         if capacity <= self.capacity {
             return;
         }
-        // Rows are position-major, so growing is a resize of each layer's buffers.
+        // Both layouts are position-major (rows, or rows of tiles), so growing appends.
+        let len = layer_len(self.layout, capacity, self.kv_dim);
         for l in 0..self.n_layers {
-            self.k[l].resize(capacity * self.kv_dim, 0.0);
-            self.v[l].resize(capacity * self.kv_dim, 0.0);
+            self.k[l].resize(len, 0.0);
+            self.v[l].resize(len, 0.0);
         }
         self.valid.resize(capacity, false);
         self.capacity = capacity;
@@ -86,19 +145,53 @@ impl KvCache {
     pub fn clear(&mut self) {
         self.valid.iter_mut().for_each(|v| *v = false);
     }
-    /// K row of `layer` at `pos`.
-    pub fn k_row(&self, layer: usize, pos: usize) -> &[f32] {
-        &self.k[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    /// K row of `layer` at `pos` (borrowed when row-major, gathered from its tiles when tiled).
+    pub fn k_row(&self, layer: usize, pos: usize) -> Cow<'_, [f32]> {
+        self.row(&self.k[layer], pos)
     }
     /// V row of `layer` at `pos`.
-    pub fn v_row(&self, layer: usize, pos: usize) -> &[f32] {
-        &self.v[layer][pos * self.kv_dim..(pos + 1) * self.kv_dim]
+    pub fn v_row(&self, layer: usize, pos: usize) -> Cow<'_, [f32]> {
+        self.row(&self.v[layer], pos)
+    }
+    fn row<'a>(&self, buf: &'a [f32], pos: usize) -> Cow<'a, [f32]> {
+        match self.layout {
+            KvLayout::RowMajor => Cow::Borrowed(&buf[pos * self.kv_dim..(pos + 1) * self.kv_dim]),
+            KvLayout::Tiled => {
+                let mut out = Vec::with_capacity(self.kv_dim);
+                for s in self.segments(pos) {
+                    out.extend_from_slice(&buf[s.offset..s.offset + s.len]);
+                }
+                Cow::Owned(out)
+            }
+        }
+    }
+    /// Appends the K and V rows of `layer` at `pos` to `k_out` / `v_out` (attention's context
+    /// gather; reads tiles in place for the tiled layout).
+    pub fn append_rows(&self, layer: usize, pos: usize, k_out: &mut Vec<f32>, v_out: &mut Vec<f32>) {
+        for s in self.segments(pos) {
+            k_out.extend_from_slice(&self.k[layer][s.offset..s.offset + s.len]);
+            v_out.extend_from_slice(&self.v[layer][s.offset..s.offset + s.len]);
+        }
     }
     /// Stores K/V rows of `layer` at `pos` (does not change validity; see [`KvCache::mark_valid`]).
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let d = self.kv_dim;
-        self.k[layer][pos * d..(pos + 1) * d].copy_from_slice(k);
-        self.v[layer][pos * d..(pos + 1) * d].copy_from_slice(v);
+        let segs: Vec<RowSegment> = self.segments(pos).collect();
+        for s in segs {
+            self.k[layer][s.offset..s.offset + s.len].copy_from_slice(&k[s.col..s.col + s.len]);
+            self.v[layer][s.offset..s.offset + s.len].copy_from_slice(&v[s.col..s.col + s.len]);
+        }
+    }
+    /// The raw K buffer of `layer` (layout-dependent), for kernels written for the layout.
+    pub fn k_buffer(&self, layer: usize) -> &[f32] {
+        &self.k[layer]
+    }
+    /// The raw V buffer of `layer`.
+    pub fn v_buffer(&self, layer: usize) -> &[f32] {
+        &self.v[layer]
+    }
+    /// Mutable raw K and V buffers of `layer`.
+    pub fn kv_buffers_mut(&mut self, layer: usize) -> (&mut [f32], &mut [f32]) {
+        (&mut self.k[layer], &mut self.v[layer])
     }
     /// Marks positions valid after all layers were written.
     pub fn mark_valid(&mut self, positions: impl IntoIterator<Item = usize>) {
@@ -108,8 +201,63 @@ impl KvCache {
             }
         }
     }
-    /// Bytes held by K and V.
+    /// Bytes held by K and V (tile padding included).
     pub fn bytes(&self) -> usize {
-        2 * self.n_layers * self.capacity * self.kv_dim * 4
+        2 * self.n_layers * layer_len(self.layout, self.capacity, self.kv_dim) * 4
+    }
+}
+
+fn layer_len(layout: KvLayout, capacity: usize, kv_dim: usize) -> usize {
+    match layout {
+        KvLayout::RowMajor => capacity * kv_dim,
+        KvLayout::Tiled => capacity.div_ceil(KV_TILE) * kv_dim.div_ceil(KV_TILE) * KV_TILE * KV_TILE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> ModelConfig {
+        let mut c = crate::memory::plan_test_config();
+        c.n_layers = 2;
+        c.n_kv_heads = 1;
+        c.head_dim = 70; // kv_dim 70: three tile columns, the last one partial
+        c
+    }
+
+    #[test]
+    fn tiled_offsets_are_tile_major_row_major_inside() {
+        let c = KvCache::with_layout(&cfg(), 40, KvLayout::Tiled);
+        let offs: Vec<(usize, usize, usize)> = c.segments(33).map(|s| (s.col, s.offset, s.len)).collect();
+        // Tile row 1 (positions 32..64), row 1 inside the tile; 3 tile columns of 1024.
+        assert_eq!(offs, vec![(0, 3 * 1024 + 32, 32), (32, 4 * 1024 + 32, 32), (64, 5 * 1024 + 32, 6)]);
+        assert_eq!(c.k_buffer(0).len(), 2 * 3 * 1024);
+    }
+
+    #[test]
+    fn layouts_hold_the_same_values_and_grow_keeps_them() {
+        let mut a = KvCache::with_layout(&cfg(), 40, KvLayout::RowMajor);
+        let mut b = KvCache::with_layout(&cfg(), 40, KvLayout::Tiled);
+        for p in [0usize, 1, 31, 32, 33, 39] {
+            for l in 0..2 {
+                let k: Vec<f32> = (0..70).map(|i| (p * 1000 + l * 100 + i) as f32).collect();
+                let v: Vec<f32> = k.iter().map(|x| -x).collect();
+                a.write(l, p, &k, &v);
+                b.write(l, p, &k, &v);
+            }
+        }
+        b.grow(100);
+        for p in 0..40 {
+            for l in 0..2 {
+                assert_eq!(a.k_row(l, p), b.k_row(l, p), "k l{l} p{p}");
+                assert_eq!(a.v_row(l, p), b.v_row(l, p));
+                let (mut k1, mut v1, mut k2, mut v2) = (vec![], vec![], vec![], vec![]);
+                a.append_rows(l, p, &mut k1, &mut v1);
+                b.append_rows(l, p, &mut k2, &mut v2);
+                assert_eq!((k1, v1), (k2, v2));
+            }
+        }
+        assert!(b.k_row(0, 99).iter().all(|&x| x == 0.0));
     }
 }

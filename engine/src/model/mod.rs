@@ -18,7 +18,7 @@ pub use crate::kernels::linear::KernelChoice;
 
 pub use chat::{ChatMessage, ChatTemplate, Role};
 pub use config::{Architecture, ModelConfig};
-pub use kv_cache::KvCache;
+pub use kv_cache::{KvCache, KvLayout};
 pub use tokenizer::TextTokenizer;
 pub use transformer::{ForwardOutput, ForwardRequest, KvMode, Transformer};
 

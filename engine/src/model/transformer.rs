@@ -58,6 +58,28 @@ impl ForwardOutput {
     }
 }
 
+/// Where a forward takes each layer's (and the LM head's) weights from: the resident weights, or
+/// copies a staging thread prepared (the virtual NPU's swap-optimized memory runtime).
+pub trait LayerSource {
+    /// Runs `f` on the weights of layer `li`.
+    fn with_layer(&mut self, li: usize, f: &mut dyn FnMut(&LayerWeights) -> Result<f64>) -> Result<f64>;
+    /// Runs `f` on the LM head.
+    fn with_head(&mut self, f: &mut dyn FnMut(&Linear) -> Result<f64>) -> Result<f64>;
+}
+
+/// The weights as loaded: every layer read in place.
+pub struct ResidentLayers<'a>(pub &'a ModelWeights);
+
+impl LayerSource for ResidentLayers<'_> {
+    fn with_layer(&mut self, li: usize, f: &mut dyn FnMut(&LayerWeights) -> Result<f64>) -> Result<f64> {
+        let layer = self.0.layers.get(li).ok_or_else(|| EngineError::InvalidRequest(format!("no layer {li}")))?;
+        f(layer)
+    }
+    fn with_head(&mut self, f: &mut dyn FnMut(&Linear) -> Result<f64>) -> Result<f64> {
+        f(&self.0.lm_head)
+    }
+}
+
 /// A loaded model ready to run.
 #[derive(Debug)]
 pub struct Transformer {
@@ -106,7 +128,18 @@ impl Transformer {
     }
 
     /// Runs the layer stack on a block and returns logits for the requested rows.
-    pub fn forward(&self, req: &ForwardRequest, mut cache: Option<&mut KvCache>) -> Result<ForwardOutput> {
+    pub fn forward(&self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<ForwardOutput> {
+        self.forward_with(req, cache, &mut ResidentLayers(&self.weights))
+    }
+
+    /// [`Transformer::forward`] with each layer's weights taken from `layers` (same math; a
+    /// source must hand out weights equal to this model's for the result to be the same).
+    pub fn forward_with(
+        &self,
+        req: &ForwardRequest,
+        mut cache: Option<&mut KvCache>,
+        layers: &mut dyn LayerSource,
+    ) -> Result<ForwardOutput> {
         self.check(req, cache.as_deref())?;
         let c = &self.config;
         let n = req.tokens.len();
@@ -131,8 +164,10 @@ impl Transformer {
             self.weights.embedding.row_into(t as usize, row);
         }
         let mut flops = 0.0f64;
-        for (li, layer) in self.weights.layers.iter().enumerate() {
-            flops += self.layer_forward(li, layer, &mut x, req, &cached, &k_pos, cache.as_deref_mut())?;
+        for li in 0..self.weights.layers.len() {
+            flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
+                self.layer_forward(li, layer, &mut x, req, &cached, &k_pos, cache.as_deref_mut())
+            })?;
         }
         if req.kv == KvMode::ReadWrite {
             if let Some(kc) = cache.as_deref_mut() {
@@ -147,7 +182,12 @@ impl Transformer {
         }
         rmsnorm_rows_inplace(&mut xn, &self.weights.final_norm, c.rms_eps);
         let mut logits = vec![0.0f32; m * c.vocab];
-        self.weights.lm_head.forward(&xn, m, &mut logits);
+        if m > 0 {
+            layers.with_head(&mut |head: &Linear| {
+                head.forward(&xn, m, &mut logits);
+                Ok(0.0)
+            })?;
+        }
         flops += 2.0 * (m * h * c.vocab) as f64;
         Ok(ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: c.vocab, context_len: ctx_len, flops })
     }
@@ -195,8 +235,7 @@ impl Transformer {
         let mut vctx = Vec::with_capacity(ctx * kvd);
         if let Some(kc) = cache.as_deref() {
             for &p in cached {
-                kctx.extend_from_slice(kc.k_row(li, p));
-                vctx.extend_from_slice(kc.v_row(li, p));
+                kc.append_rows(li, p, &mut kctx, &mut vctx);
             }
         }
         kctx.extend_from_slice(&k);

@@ -42,6 +42,71 @@ pub struct LayerWeights {
     pub ffn: FeedForward,
 }
 
+/// The matrices of one layer, named as the memory runtime's layer graph names its weight buffers
+/// (`l{i}.wq` … `l{i}.w_down`); an MoE layer's gate/up/down stand for all its experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LayerMatrix {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl LayerMatrix {
+    /// The matrix a layer-graph weight buffer name (`l3.wq`, `l3.w_gate`) refers to.
+    pub fn from_buffer_name(name: &str) -> Option<(usize, LayerMatrix)> {
+        let (layer, part) = name.strip_prefix('l')?.split_once('.')?;
+        let m = match part {
+            "wq" => LayerMatrix::Q,
+            "wk" => LayerMatrix::K,
+            "wv" => LayerMatrix::V,
+            "wo" => LayerMatrix::O,
+            "w_gate" => LayerMatrix::Gate,
+            "w_up" => LayerMatrix::Up,
+            "w_down" => LayerMatrix::Down,
+            _ => return None,
+        };
+        Some((layer.parse().ok()?, m))
+    }
+}
+
+impl LayerWeights {
+    /// A copy whose matrices in `which` own fresh storage with the same bytes (a staging-slot
+    /// fill); the others share the resident storage. Returns the copy and the bytes copied.
+    pub fn staged_copy(&self, which: &[LayerMatrix]) -> (LayerWeights, u64) {
+        let mut out = self.clone();
+        let mut bytes = 0u64;
+        let mut stage = |l: &mut Linear| {
+            *l = l.staged_copy();
+            bytes += l.bytes() as u64;
+        };
+        for m in which {
+            match (m, &mut out.ffn) {
+                (LayerMatrix::Q, _) => stage(&mut out.wq),
+                (LayerMatrix::K, _) => stage(&mut out.wk),
+                (LayerMatrix::V, _) => stage(&mut out.wv),
+                (LayerMatrix::O, _) => stage(&mut out.wo),
+                (LayerMatrix::Gate, FeedForward::Dense { gate, .. }) => stage(gate),
+                (LayerMatrix::Up, FeedForward::Dense { up, .. }) => stage(up),
+                (LayerMatrix::Down, FeedForward::Dense { down, .. }) => stage(down),
+                (LayerMatrix::Gate, FeedForward::Moe { experts, .. }) => {
+                    experts.iter_mut().for_each(|e| stage(&mut e.gate))
+                }
+                (LayerMatrix::Up, FeedForward::Moe { experts, .. }) => {
+                    experts.iter_mut().for_each(|e| stage(&mut e.up))
+                }
+                (LayerMatrix::Down, FeedForward::Moe { experts, .. }) => {
+                    experts.iter_mut().for_each(|e| stage(&mut e.down))
+                }
+            }
+        }
+        (out, bytes)
+    }
+}
+
 /// All weights of a model.
 #[derive(Debug, Clone)]
 pub struct ModelWeights {
@@ -180,15 +245,21 @@ impl ModelWeights {
             .into_iter()
             .map(|l| {
                 let ffn = match l.ffn {
-                    FeedForward::Dense { gate, up, down } => {
-                        FeedForward::Dense { gate: gate.repack(choice)?, up: up.repack(choice)?, down: down.repack(choice)? }
-                    }
+                    FeedForward::Dense { gate, up, down } => FeedForward::Dense {
+                        gate: gate.repack(choice)?,
+                        up: up.repack(choice)?,
+                        down: down.repack(choice)?,
+                    },
                     FeedForward::Moe { router, experts } => FeedForward::Moe {
                         router: router.repack(choice)?,
                         experts: experts
                             .into_iter()
                             .map(|e| {
-                                Ok(Expert { gate: e.gate.repack(choice)?, up: e.up.repack(choice)?, down: e.down.repack(choice)? })
+                                Ok(Expert {
+                                    gate: e.gate.repack(choice)?,
+                                    up: e.up.repack(choice)?,
+                                    down: e.down.repack(choice)?,
+                                })
                             })
                             .collect::<Result<_>>()?,
                     },

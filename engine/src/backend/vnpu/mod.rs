@@ -8,11 +8,12 @@
 
 pub mod calibrate;
 pub mod cost;
+pub mod cpu_path;
 pub mod profile;
 pub mod replay;
 pub mod sim;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,10 +21,12 @@ use super::{Backend, CostProfile, ForwardStats};
 use crate::error::Result;
 use crate::memory::graph::{Precision, StepShape};
 use crate::memory::plan::{MemoryPlan, PlacementPolicy};
-use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
+use crate::memory::weight_stream::{forward_streamed, StreamPlan, StreamReport};
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvLayout, KvMode, ModelConfig, Transformer};
 use crate::trace::{LanePower, Timeline, TraceEvent};
 
 pub use cost::{op_cost, ComputeTarget, OpCost, ShapeBucket, ShapeBuckets};
+pub use cpu_path::{CpuPath, CpuPathTotals, SharedLanes};
 pub use profile::{Cited, CoreCluster, CpuSpec, DeviceProfile, MemorySpec, NpuSpec};
 pub use sim::{LaunchSim, LogitRows, SimOptions, SimulatedStep, StepSimulator};
 
@@ -108,6 +111,16 @@ pub struct VnpuTotals {
     pub tokens: usize,
     /// Tokens after bucket padding.
     pub padded_tokens: usize,
+    /// Weight bytes really copied through the staging slots (measured, not simulated).
+    pub staged_bytes: u64,
+    /// Staging-slot fills.
+    pub staged_remaps: usize,
+    /// Measured seconds the staging thread spent copying.
+    pub staging_copy_s: f64,
+    /// Measured copy seconds that overlapped a layer's compute.
+    pub staging_overlap_s: f64,
+    /// The CPU path of dual-path revision (simulated on the profile's CPU cores).
+    pub cpu_path: CpuPathTotals,
 }
 
 /// The virtual NPU backend.
@@ -116,9 +129,11 @@ pub struct VirtualNpu {
     profile: DeviceProfile,
     config: VnpuConfig,
     sim: StepSimulator,
-    timeline: Timeline,
+    lanes: SharedLanes,
     totals: VnpuTotals,
     origin: Instant,
+    stream_plans: HashMap<(ShapeBucket, usize), Arc<StreamPlan>>,
+    last_stream: Option<StreamReport>,
 }
 
 impl VirtualNpu {
@@ -126,8 +141,18 @@ impl VirtualNpu {
     pub fn new(model: Arc<Transformer>, profile: DeviceProfile, config: VnpuConfig) -> Result<Self> {
         crate::threads::init(0);
         let sim = simulator_for(&model.config, &profile, &config)?;
-        let timeline = Timeline::new(profile.display_name.clone());
-        Ok(VirtualNpu { model, profile, config, sim, timeline, totals: VnpuTotals::default(), origin: Instant::now() })
+        let lanes = SharedLanes::new(profile.display_name.clone(), cpu_path::cpu_path_cores(&profile));
+        Ok(VirtualNpu {
+            model,
+            profile,
+            config,
+            sim,
+            lanes,
+            totals: VnpuTotals::default(),
+            origin: Instant::now(),
+            stream_plans: HashMap::new(),
+            last_stream: None,
+        })
     }
     /// The device profile.
     pub fn profile(&self) -> &DeviceProfile {
@@ -141,17 +166,38 @@ impl VirtualNpu {
     pub fn shape_buckets(&self) -> &ShapeBuckets {
         &self.sim.options().buckets
     }
-    /// Events recorded so far (simulated device time).
-    pub fn timeline(&self) -> &Timeline {
-        &self.timeline
+    /// A copy of the events recorded so far (simulated device time), the CPU path's tasks included.
+    pub fn timeline(&self) -> Timeline {
+        self.lanes.lock().timeline().clone()
     }
-    /// Totals over all forwards.
+    /// Totals over all forwards (the CPU path's in `cpu_path`).
     pub fn totals(&self) -> VnpuTotals {
-        self.totals
+        VnpuTotals { cpu_path: self.lanes.lock().cpu_path_totals(), ..self.totals }
+    }
+    /// What the last forward streamed through the staging slots (`None` when every weight it
+    /// needed was resident).
+    pub fn last_stream_report(&self) -> Option<&StreamReport> {
+        self.last_stream.as_ref()
+    }
+    /// The weights a forward of this shape streams (from the memory plan of its first bucket).
+    pub fn stream_plan(&mut self, shape: StepShape) -> Result<Arc<StreamPlan>> {
+        let buckets = self.sim.options().buckets.fit(shape.tokens, shape.context)?;
+        let b = buckets.first().copied().unwrap_or(ShapeBucket { tokens: shape.tokens, context: shape.context });
+        let rows = match self.sim.options().logits {
+            LogitRows::BucketRows => b.tokens,
+            LogitRows::RequestedRows => shape.logit_rows.min(b.tokens),
+        };
+        if let Some(p) = self.stream_plans.get(&(b, rows)) {
+            return Ok(Arc::clone(p));
+        }
+        let (graph, plan) = self.sim.plan_for(b, rows)?;
+        let p = Arc::new(StreamPlan::from_memory_plan(&graph, &plan, self.model.config.n_layers));
+        self.stream_plans.insert((b, rows), Arc::clone(&p));
+        Ok(p)
     }
     /// The timeline as Chrome trace / Perfetto JSON.
     pub fn chrome_trace(&self) -> serde_json::Value {
-        crate::trace::to_chrome_trace(&self.timeline, &LanePower::from_profile(&self.profile))
+        crate::trace::to_chrome_trace(self.lanes.lock().timeline(), &LanePower::from_profile(&self.profile))
     }
     /// The memory plan a forward of this shape would use.
     pub fn memory_plan(&self, tokens: usize, context: usize, logit_rows: usize) -> Result<MemoryPlan> {
@@ -169,7 +215,7 @@ impl VirtualNpu {
     fn graphs_per_forward(&self) -> usize {
         self.model.config.n_layers.div_ceil(self.sim.options().layers_per_graph) + 1
     }
-    fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
+    pub(crate) fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
         let block: HashSet<usize> = req.positions.iter().copied().collect();
         let cached = match (cache, req.kv) {
             (Some(c), KvMode::Read | KvMode::ReadWrite) => {
@@ -179,12 +225,17 @@ impl VirtualNpu {
         };
         cached + req.tokens.len()
     }
-    fn record(&mut self, step: &SimulatedStep, wall_start: f64, wall_s: f64) {
-        let t0 = self.timeline.end_sim();
+    fn record(&mut self, step: &SimulatedStep, wall_start: f64, wall_s: f64, stream: Option<&StreamReport>) {
+        let n_layers = self.model.config.n_layers;
+        let record_ops = self.config.record_trace;
+        let mut lanes = self.lanes.lock();
+        // Starts after every earlier event, the CPU path's tasks of the previous step included.
+        let t0 = lanes.begin_dense();
+        let timeline = lanes.timeline_mut();
         let scale = if step.time_s > 0.0 { wall_s / step.time_s } else { 0.0 };
         let mut offset = 0.0;
         let lane = self.sim.target().lane;
-        self.timeline.push(TraceEvent {
+        timeline.push(TraceEvent {
             lane,
             name: format!("forward {} tok (bucket {})", step.tokens, step.padded_tokens),
             category: TraceEvent::SUMMARY.into(),
@@ -194,17 +245,24 @@ impl VirtualNpu {
             wall_dur: wall_s,
             bytes: 0,
         });
-        for l in &step.launches {
-            self.timeline.push_counter("npu_visible_bytes", t0 + offset, l.peak_resident_bytes as f64);
-            if self.config.record_trace {
+        for (li, l) in step.launches.iter().enumerate() {
+            // The real forward streams by the first launch's plan.
+            let stream = stream.filter(|_| li == 0);
+            timeline.push_counter("npu_visible_bytes", t0 + offset, l.peak_resident_bytes as f64);
+            if record_ops {
                 for e in &l.events {
                     let mut e = e.clone();
                     // Per-op wall time is not measured (the real forward runs as one call): apportion
                     // the measured wall time of the forward by simulated share.
                     e.wall_start = wall_start + (offset + e.start_sim) * scale;
                     e.wall_dur = e.dur_sim * scale;
+                    // Transfers were really performed by the staging thread: use its measured spans.
+                    if let Some((start, dur)) = stream.and_then(|r| measured_copy(r, &l.events, &e, n_layers)) {
+                        e.wall_start = wall_start + start;
+                        e.wall_dur = dur;
+                    }
                     e.start_sim += t0 + offset;
-                    self.timeline.push(e);
+                    timeline.push(e);
                 }
             }
             offset += l.time_s;
@@ -220,7 +278,8 @@ impl Backend for VirtualNpu {
         &self.model.config
     }
     fn new_cache(&self, capacity: usize) -> KvCache {
-        self.model.new_cache(capacity)
+        // The NPU keeps K/V in 32×32 tiles; the CPU path reads and writes them in place.
+        KvCache::with_layout(&self.model.config, capacity, KvLayout::Tiled)
     }
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let n = req.tokens.len();
@@ -232,17 +291,32 @@ impl Backend for VirtualNpu {
         // Check the device's rules before running: a shape without a graph or a plan that does not
         // fit the NPU-visible space fails here, as it would on the phone.
         let step = if n > 0 { Some(self.sim.simulate(shape)?) } else { None };
+        let stream = if n > 0 { Some(self.stream_plan(shape)?).filter(|p| !p.is_empty()) } else { None };
         let wall_start = self.origin.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let out = self.model.forward(req, cache)?;
+        // Weights the plan swaps in are really copied by the staging thread and read from the copies.
+        let (out, report) = match &stream {
+            Some(p) => {
+                let (out, r) = forward_streamed(&self.model, req, cache, p)?;
+                (out, Some(r))
+            }
+            None => (self.model.forward(req, cache)?, None),
+        };
         let wall_s = t0.elapsed().as_secs_f64();
+        if let Some(r) = &report {
+            self.totals.staged_bytes += r.bytes;
+            self.totals.staged_remaps += r.remaps;
+            self.totals.staging_copy_s += r.copy_s;
+            self.totals.staging_overlap_s += r.overlap_s;
+        }
         let (sim_s, energy, padded) = match &step {
             Some(s) => {
-                self.record(s, wall_start, wall_s);
+                self.record(s, wall_start, wall_s, report.as_ref());
                 (s.time_s, s.energy_j, s.padded_tokens)
             }
             None => (0.0, 0.0, 0),
         };
+        self.last_stream = report;
         self.totals.forwards += 1;
         self.totals.simulated_s += sim_s;
         self.totals.energy_j += energy;
@@ -266,7 +340,32 @@ impl Backend for VirtualNpu {
     }
     fn revision_backend(&self) -> Option<Box<dyn Backend>> {
         // The revision path runs on the phone's CPU cores, next to the NPU: a CPU executor on the
-        // same weights (its time is measured, not simulated).
-        Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
+        // same weights, timed on the profile's CPU and recorded on this device's timeline.
+        Some(Box::new(CpuPath::new(Arc::clone(&self.model), &self.profile, self.lanes.clone(), self.origin)))
     }
+}
+
+/// Measured (start, duration) of a simulated transfer event `e` of `events`: the staging thread's
+/// copy of the layer it belongs to, split among that layer's transfers by bytes.
+fn measured_copy(r: &StreamReport, events: &[TraceEvent], e: &TraceEvent, n_layers: usize) -> Option<(f64, f64)> {
+    let layer_of = |name: &str| -> Option<usize> {
+        let target = name.strip_prefix("stage ")?;
+        if target == "lm_head" {
+            return Some(n_layers);
+        }
+        target.strip_prefix('l')?.split_once('.')?.0.parse().ok()
+    };
+    if e.category != "transfer" {
+        return None;
+    }
+    let li = layer_of(&e.name)?;
+    let span = r.copy_spans.iter().find(|(l, _)| *l == li)?.1;
+    let same: Vec<&TraceEvent> =
+        events.iter().filter(|x| x.category == "transfer" && layer_of(&x.name) == Some(li)).collect();
+    let total: u64 = same.iter().map(|x| x.bytes).sum();
+    let before: u64 = same.iter().take_while(|x| x.name != e.name).map(|x| x.bytes).sum();
+    let (frac0, frac) =
+        if total > 0 { (before as f64 / total as f64, e.bytes as f64 / total as f64) } else { (0.0, 1.0) };
+    let len = span.end - span.start;
+    Some((span.start + frac0 * len, frac * len))
 }
