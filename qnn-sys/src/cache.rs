@@ -149,7 +149,12 @@ impl ContextCache {
     }
 
     /// Every failure here is a reason to rebuild, not an error for the caller.
-    fn try_load(&self, backend: &Backend, device: Option<&Device>, source_hash: &str) -> Result<(Context, Vec<Graph>), String> {
+    fn try_load(
+        &self,
+        backend: &Backend,
+        device: Option<&Device>,
+        source_hash: &str,
+    ) -> Result<(Context, Vec<Graph>), String> {
         let text = match std::fs::read(&self.sidecar) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no cached context".into()),
@@ -178,7 +183,8 @@ impl ContextCache {
         if binary.len() as u64 != side.binary_size || fingerprint(&[&binary]) != side.binary_hash {
             return Err("context binary does not match its sidecar (size/hash)".into());
         }
-        let context = Context::from_binary(backend, device, &binary).map_err(|e| format!("backend rejected binary: {e}"))?;
+        let context =
+            Context::from_binary(backend, device, &binary).map_err(|e| format!("backend rejected binary: {e}"))?;
         let graphs = side
             .graphs
             .iter()

@@ -216,15 +216,16 @@ fn raw_table_null_handles_and_wrong_order() {
     let mock = Mock::new();
     let lib = QnnLibrary::load(mock.path()).expect("load");
     let t = *lib.table();
-    let (Some(ctx_create), Some(graph_create), Some(backend_create), Some(backend_free), Some(device_create), Some(device_free), Some(ctx_free)) = (
-        t.contextCreate,
-        t.graphCreate,
-        t.backendCreate,
-        t.backendFree,
-        t.deviceCreate,
-        t.deviceFree,
-        t.contextFree,
-    ) else {
+    let (
+        Some(ctx_create),
+        Some(graph_create),
+        Some(backend_create),
+        Some(backend_free),
+        Some(device_create),
+        Some(device_free),
+        Some(ctx_free),
+    ) = (t.contextCreate, t.graphCreate, t.backendCreate, t.backendFree, t.deviceCreate, t.deviceFree, t.contextFree)
+    else {
         panic!("mock implements these slots");
     };
     let mut h: Qnn_Handle_t = null_mut();
