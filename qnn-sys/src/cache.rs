@@ -111,6 +111,21 @@ impl ContextCache {
     where
         F: FnOnce(&Context) -> Result<Vec<Graph>>,
     {
+        self.load_or_build_with(backend, device, source_hash, build)
+    }
+
+    /// [`ContextCache::load_or_build`] for callers whose build step fails with their own error type.
+    pub fn load_or_build_with<F, E>(
+        &self,
+        backend: &Backend,
+        device: Option<&Device>,
+        source_hash: &str,
+        build: F,
+    ) -> std::result::Result<CachedContext, E>
+    where
+        F: FnOnce(&Context) -> std::result::Result<Vec<Graph>, E>,
+        E: From<QnnError>,
+    {
         let reason = match self.try_load(backend, device, source_hash) {
             Ok((context, graphs)) => {
                 tracing::info!(path = %self.bin.display(), "loaded cached QNN context binary");
