@@ -532,3 +532,48 @@ fn log_callback_is_routed_to_tracing() {
     assert!(seen.iter().any(|m| m.contains("log created (100% mock)")), "{seen:?}");
     assert!(seen.iter().any(|m| m.contains("backend created")), "{seen:?}");
 }
+
+#[test]
+fn four_bit_axis_weights_and_sigmoid_execute_and_survive_the_binary() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let (n, k) = (3u32, 4u32);
+    let scales = vec![0.5f32, 0.25, 0.125];
+    // 4-bit codes in an int8 container, -8..=7.
+    let codes: Vec<i8> = vec![-8, -3, 0, 7, 1, 2, 3, 4, -1, -2, -5, 6];
+    let wq: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
+    let wspec = TensorSpec::new("w", DType::QI8, &[n, k]).with_quant(Quant::PerAxisBitwidth {
+        bitwidth: 4,
+        axis: 0,
+        scales: scales.clone(),
+        offsets: vec![0; 3],
+    });
+    let xv = det_values(2 * k as usize, 5);
+    let mut g = ctx.graph_builder("w4", &GraphOptions::default()).expect("graph");
+    let x = g.input(TensorSpec::new("x", DType::F32, &[2, k])).expect("x");
+    let w = g.constant(wspec, &wq).expect("w");
+    let h = g.native(TensorSpec::new("h", DType::F32, &[2, n])).expect("h");
+    let y = g.output(TensorSpec::new("y", DType::F32, &[2, n])).expect("y");
+    g.add_node(ops::fully_connected("fc", x, w, None, h)).expect("fc");
+    g.add_node(ops::unary("sig", ops::SIGMOID, h, y)).expect("sigmoid");
+    let mut graph = g.finalize().expect("finalize");
+    let mut out = vec![0u8; (2 * n * 4) as usize];
+    graph.execute(&[&f32_bytes(&xv)], &mut [&mut out]).expect("execute");
+    let (nu, ku) = (n as usize, k as usize);
+    let want: Vec<f32> = (0..2 * nu)
+        .map(|o| {
+            let (i, j) = (o / nu, o % nu);
+            let z: f32 = (0..ku).map(|p| xv[i * ku + p] * codes[j * ku + p] as f32 * scales[j]).sum();
+            1.0 / (1.0 + (-z).exp())
+        })
+        .collect();
+    assert_close(&bytes_f32(&out), &want, 1e-6);
+    let bin = ctx.binary().expect("binary");
+    let ctx2 = Context::from_binary(&backend, None, &bin).expect("reload");
+    let mut g2 = ctx2.retrieve_graph(&graph.meta()).expect("retrieve");
+    let mut out2 = vec![0u8; out.len()];
+    g2.execute(&[&f32_bytes(&xv)], &mut [&mut out2]).expect("execute");
+    assert_eq!(out, out2);
+}
