@@ -116,8 +116,12 @@ fn full_decodes_equal_the_cpu_backend() {
         let mut q = qnn_backend(&t, options(&mock, QnnPrecision::F32));
         let want = decode_tokens(&mut cpu, prompt, &s);
         let got = decode_tokens(&mut q, prompt, &s);
-        eprintln!("{name} {:?}: {} forwards, buckets {:?}", s.cache, q.stats().forwards, q.outcomes().len());
+        let keys: Vec<&str> = q.outcomes().iter().map(|(k, _)| k.as_str()).collect();
+        eprintln!("{name} {:?}: {} forwards, contexts {keys:?}", s.cache, q.stats().forwards);
         assert_eq!(got, want, "{name} {:?}", s.cache);
+        // Cached decodes really ran graphs with K/V cache inputs (a non-zero cached bucket).
+        let used_cache_inputs = keys.iter().any(|k| !k.contains("-c0-") && !k.contains("head"));
+        assert_eq!(used_cache_inputs, s.cache != CacheMode::None || !t.config.arch.is_diffusion(), "{keys:?}");
     }
 }
 

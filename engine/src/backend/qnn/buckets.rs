@@ -121,4 +121,22 @@ mod tests {
         assert!(BucketPlan::new(&[], &[]).is_err());
         assert!(BucketPlan::new(&[0, 4], &[]).is_err());
     }
+
+    #[test]
+    fn default_ladders_stop_at_max_seq() {
+        let mut cfg: ModelConfig = serde_json::from_value(serde_json::json!({
+            "arch": "llada", "hidden": 8, "n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "head_dim": 8,
+            "ffn": 8, "vocab": 8, "max_seq": 256, "rope_theta": 1e4, "rope_style": "RotateHalf",
+            "rotary_dim": 8, "rms_eps": 1e-5, "qkv_bias": false, "qk_norm": false, "moe": null,
+            "causal": false, "shift_logits": false, "tie_embeddings": false, "mask_token_id": 7,
+            "bos_token_id": null, "eos_token_id": null, "eot_token_id": null, "pad_token_id": null
+        }))
+        .unwrap();
+        let p = BucketPlan::for_config(&cfg);
+        assert_eq!(p.token_buckets(), &[1, 8, 32, 128, 256]);
+        assert_eq!(p.cached_buckets(), &[64, 256]);
+        cfg.max_seq = 40;
+        let p = BucketPlan::for_config(&cfg);
+        assert_eq!((p.token_buckets(), p.cached_buckets()), (&[1, 8, 32, 40][..], &[40][..]));
+    }
 }
