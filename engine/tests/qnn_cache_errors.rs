@@ -157,19 +157,19 @@ fn provider_failures_in_finalize_and_execute_are_typed_and_recoverable() {
     let req = ForwardRequest { tokens: ids, positions: &pos, logits_rows: &[11], kv: KvMode::ReadWrite };
 
     mock.inject_error("graphFinalize", 6022);
-    let err = q.forward(&req, Some(&mut cache)).err().expect("finalize fails");
+    let err = q.forward(&req, Some(&mut cache)).expect_err("finalize fails");
     assert_eq!(api_code(&err), ("graphFinalize", 6022));
     assert!(err.to_string().contains("GRAPH_ERROR_FINALIZE_FAILED"), "{err}");
     assert_eq!(cache.valid_count(), 0, "a failed forward leaves the cache untouched");
 
     mock.inject_error("graphFinalize", 0);
     mock.inject_error("graphExecute", 6033);
-    let err = q.forward(&req, Some(&mut cache)).err().expect("execute fails");
+    let err = q.forward(&req, Some(&mut cache)).expect_err("execute fails");
     assert_eq!(api_code(&err), ("graphExecute", 6033));
     assert_eq!(cache.valid_count(), 0);
 
     mock.inject_error("graphAddNode", 6005);
-    let err = q.prepare(Bucket { tokens: 1, cached: 16 }).err().expect("add node fails");
+    let err = q.prepare(Bucket { tokens: 1, cached: 16 }).expect_err("add node fails");
     assert_eq!(api_code(&err), ("graphAddNode", 6005));
 
     // Cleared faults: the same backend works and matches a fresh one.
@@ -189,7 +189,9 @@ fn provider_failures_in_finalize_and_execute_are_typed_and_recoverable() {
 fn bad_requests_are_rejected_before_the_provider() {
     let mock = Mock::new();
     let mut q = QnnBackend::new(model("llama"), options(&mock, QnnPrecision::F32)).unwrap();
-    let cases: Vec<(Vec<u32>, Vec<usize>, Vec<usize>, KvMode)> = vec![
+    // (tokens, positions, logits rows, KV mode)
+    type Case = (Vec<u32>, Vec<usize>, Vec<usize>, KvMode);
+    let cases: Vec<Case> = vec![
         (vec![1, 2], vec![0], vec![0], KvMode::Ignore), // positions ≠ tokens
         (vec![9999], vec![0], vec![0], KvMode::Ignore), // outside vocab
         (vec![1], vec![0], vec![3], KvMode::Ignore),    // logits row outside the block

@@ -311,7 +311,7 @@ fn four_bit_weights_are_range_checked() {
     let spec = |name: &str, bitwidth| TensorSpec::new(name, DType::QI8, &[2, 2]).with_quant(quant(bitwidth));
     // 9 does not fit 4 signed bits: the provider refuses the static tensor.
     let over = [1u8, 9, 0xF8, 7];
-    let err = g.constant(spec("over", 4), &over).err().expect("out of range");
+    let err = g.constant(spec("over", 4), &over).expect_err("out of range");
     assert_eq!(api_code(&err), ("tensorCreateGraphTensor", 6004));
     assert!(mock.last_error().contains("4-bit range"), "{}", mock.last_error());
     g.constant(spec("ok", 4), &[1u8, 0xF8, 0, 7]).expect("-8..7 fits");

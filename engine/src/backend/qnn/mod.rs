@@ -317,7 +317,7 @@ impl Backend for QnnBackend {
     fn forward(
         &mut self,
         req: &ForwardRequest,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
     ) -> Result<(ForwardOutput, ForwardStats)> {
         let t0 = Instant::now();
         self.check(req, cache.as_deref())?;
@@ -360,7 +360,7 @@ impl Backend for QnnBackend {
             self.stats.executes += 1;
         }
         if req.kv == KvMode::ReadWrite {
-            if let Some(kc) = cache.as_deref_mut() {
+            if let Some(kc) = cache {
                 let d = c.kv_dim();
                 for (l, k, v) in &fresh {
                     let (k, v) = (decode(k, act), decode(v, act));
