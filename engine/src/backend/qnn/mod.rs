@@ -205,7 +205,9 @@ impl QnnBackend {
             return Ok(());
         }
         let act = self.opts.precision.activation();
+        // Committed only when every group is ready, so a failure leaves no half-loaded bucket.
         let mut graphs = Vec::with_capacity(self.groups.len());
+        let mut contexts = Vec::with_capacity(self.groups.len());
         for layers in self.groups.clone() {
             let entry = Entry::Stack { bucket, layers: layers.clone() };
             let (model, precision) = (&self.model, self.opts.precision);
@@ -215,9 +217,10 @@ impl QnnBackend {
             let graph = single(built.graphs, &entry)?;
             let x_dims = [bucket.tokens as u32, self.model.config.hidden as u32];
             graphs.push(StackGraph::bind(graph, layers, act, x_dims)?);
-            self.contexts.push(built.context);
+            contexts.push(built.context);
             self.record(&entry, built.outcome);
         }
+        self.contexts.extend(contexts);
         self.stacks.insert(bucket, graphs);
         Ok(())
     }
