@@ -16,20 +16,21 @@ pub mod graph_cache;
 pub mod inputs;
 pub mod lower_head;
 pub mod lower_layer;
+pub mod options;
 pub mod quantize;
 pub mod rope;
 pub mod stack;
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use qnn_sys::{Context, Device, DeviceConfig, LogLevel, PowerProfile, PowerVote, QnnLibrary};
+use qnn_sys::{Context, Device, PowerVote, QnnLibrary};
 
 pub use buckets::{Bucket, BucketPlan};
 pub use graph_cache::Outcome;
+pub use options::{QnnOptions, QnnStats};
 pub use quantize::QnnPrecision;
 
 use super::{Backend, CostProfile, ForwardStats};
@@ -44,56 +45,6 @@ use stack::{build_group, layer_groups, SharedInputs, StackGraph};
 /// Per-execute overhead of an HTP graph (~160 µs RPC vs accelerator time on SM8550; reference
 /// `npu-qnn.md` §0), used for the cost profile decoding plans windows with.
 pub const EXECUTE_OVERHEAD_S: f64 = 160e-6;
-
-/// How the QNN backend loads, lowers and caches.
-#[derive(Debug, Clone)]
-pub struct QnnOptions {
-    /// QNN backend library: `libQnnHtp.so` on a phone (the mock provider in tests).
-    pub library: PathBuf,
-    /// Context-binary cache directory (`None` = build every graph in every process).
-    pub cache_dir: Option<PathBuf>,
-    /// Weight/activation formats.
-    pub precision: QnnPrecision,
-    /// Shape buckets (`None` = [`BucketPlan::for_config`]).
-    pub buckets: Option<BucketPlan>,
-    /// Layers per graph (0 = the whole stack in one graph; split large models so each context
-    /// stays under ~3 GB of the cDSP session).
-    pub layers_per_graph: usize,
-    /// HTP SoC/arch selection.
-    pub device: DeviceConfig,
-    /// Power vote held while the backend lives.
-    pub power: Option<PowerProfile>,
-    /// QNN log level (routed to `tracing`, target `qnn`).
-    pub log_level: LogLevel,
-}
-
-impl Default for QnnOptions {
-    fn default() -> Self {
-        QnnOptions {
-            library: PathBuf::from("libQnnHtp.so"),
-            cache_dir: None,
-            precision: QnnPrecision::default(),
-            buckets: None,
-            layers_per_graph: 0,
-            device: DeviceConfig::default(),
-            power: None,
-            log_level: LogLevel::Warn,
-        }
-    }
-}
-
-/// Counters of what the backend did (contexts are per bucket × layer group, plus heads).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct QnnStats {
-    /// Contexts whose graphs were built and finalized here.
-    pub contexts_built: usize,
-    /// Contexts reloaded from cached binaries.
-    pub contexts_loaded: usize,
-    /// `graphExecute` calls.
-    pub executes: usize,
-    /// Forwards run.
-    pub forwards: usize,
-}
 
 /// Runs the dense transformer on a QNN backend.
 pub struct QnnBackend {
@@ -317,11 +268,7 @@ impl Backend for QnnBackend {
         self.model.new_cache(capacity)
     }
 
-    fn forward(
-        &mut self,
-        req: &ForwardRequest,
-        cache: Option<&mut KvCache>,
-    ) -> Result<(ForwardOutput, ForwardStats)> {
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let t0 = Instant::now();
         self.check(req, cache.as_deref())?;
         let model = Arc::clone(&self.model);
