@@ -21,6 +21,12 @@ pub struct BackendArgs {
     /// Device profile for the virtual NPU (e.g. sm8650, sm8750, sm8850).
     #[arg(long, default_value = "sm8750")]
     pub device: String,
+    /// QNN backend library for `--backend qnn` (on a phone: libQnnHtp.so from the QAIRT SDK).
+    #[arg(long, default_value = "libQnnHtp.so")]
+    pub qnn_lib: std::path::PathBuf,
+    /// Context-binary cache directory for `--backend qnn`: graphs built once are reloaded by later runs.
+    #[arg(long)]
+    pub qnn_cache: Option<std::path::PathBuf>,
 }
 
 /// Execution backends the CLI can build.
@@ -30,6 +36,8 @@ pub enum BackendKind {
     Cpu,
     /// The virtual NPU: real math on the CPU, simulated NPU timing and energy.
     Vnpu,
+    /// Qualcomm Hexagon NPU through the QNN library (`--qnn-lib`); dense models, W8A16.
+    Qnn,
 }
 
 /// Every decoding knob; unset flags fall back to the model's generation_config.json, then to

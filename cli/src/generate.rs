@@ -49,6 +49,15 @@ fn make_backend(kind: &BackendArgs, t: Arc<Transformer>) -> Result<Box<dyn Backe
     match kind.backend {
         BackendKind::Cpu => Ok(Box::new(CpuBackend::new(t))),
         BackendKind::Vnpu => crate::generate::vnpu_backend(t, &kind.device),
+        BackendKind::Qnn => {
+            use unmask_engine::backend::qnn::{QnnBackend, QnnOptions};
+            let opts = QnnOptions {
+                library: kind.qnn_lib.clone(),
+                cache_dir: kind.qnn_cache.clone(),
+                ..QnnOptions::default()
+            };
+            Ok(Box::new(QnnBackend::new(t, opts)?))
+        }
     }
 }
 

@@ -48,6 +48,12 @@ pub enum EngineError {
     /// A backend-specific failure.
     #[error("backend {backend}: {reason}")]
     Backend { backend: String, reason: String },
+    /// The backend cannot run this model or request (e.g. MoE layers on the QNN backend).
+    #[error("backend {backend} does not support {what}")]
+    Unsupported { backend: String, what: String },
+    /// A QNN (Qualcomm NPU) library, provider or API call failed.
+    #[error("QNN: {0}")]
+    Qnn(#[from] qnn_sys::QnnError),
 }
 
 impl EngineError {

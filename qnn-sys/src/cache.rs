@@ -111,6 +111,21 @@ impl ContextCache {
     where
         F: FnOnce(&Context) -> Result<Vec<Graph>>,
     {
+        self.load_or_build_with(backend, device, source_hash, build)
+    }
+
+    /// [`ContextCache::load_or_build`] for callers whose build step fails with their own error type.
+    pub fn load_or_build_with<F, E>(
+        &self,
+        backend: &Backend,
+        device: Option<&Device>,
+        source_hash: &str,
+        build: F,
+    ) -> std::result::Result<CachedContext, E>
+    where
+        F: FnOnce(&Context) -> std::result::Result<Vec<Graph>, E>,
+        E: From<QnnError>,
+    {
         let reason = match self.try_load(backend, device, source_hash) {
             Ok((context, graphs)) => {
                 tracing::info!(path = %self.bin.display(), "loaded cached QNN context binary");
@@ -149,7 +164,12 @@ impl ContextCache {
     }
 
     /// Every failure here is a reason to rebuild, not an error for the caller.
-    fn try_load(&self, backend: &Backend, device: Option<&Device>, source_hash: &str) -> Result<(Context, Vec<Graph>), String> {
+    fn try_load(
+        &self,
+        backend: &Backend,
+        device: Option<&Device>,
+        source_hash: &str,
+    ) -> Result<(Context, Vec<Graph>), String> {
         let text = match std::fs::read(&self.sidecar) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err("no cached context".into()),
@@ -178,7 +198,8 @@ impl ContextCache {
         if binary.len() as u64 != side.binary_size || fingerprint(&[&binary]) != side.binary_hash {
             return Err("context binary does not match its sidecar (size/hash)".into());
         }
-        let context = Context::from_binary(backend, device, &binary).map_err(|e| format!("backend rejected binary: {e}"))?;
+        let context =
+            Context::from_binary(backend, device, &binary).map_err(|e| format!("backend rejected binary: {e}"))?;
         let graphs = side
             .graphs
             .iter()

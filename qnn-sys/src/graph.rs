@@ -121,7 +121,8 @@ impl Context {
     /// `graphCreate` with the given options.
     pub fn graph_builder<'w>(&self, name: &str, opts: &GraphOptions) -> Result<GraphBuilder<'w>> {
         let create = qnn_fn!(self.inner.backend.lib, graphCreate)?;
-        let cname = CString::new(name).map_err(|_| QnnError::InvalidArgument(format!("graph name {name:?} contains NUL")))?;
+        let cname =
+            CString::new(name).map_err(|_| QnnError::InvalidArgument(format!("graph name {name:?} contains NUL")))?;
         let mut customs: Vec<QnnHtpGraph_CustomConfig_t> = Vec::new();
         let zero = QnnHtpGraph_CustomConfigUnion_t { _raw: [0; 7] };
         if opts.fp16_precision {
@@ -274,7 +275,8 @@ impl<'w> GraphBuilder<'w> {
                 }
                 scalar => Qnn_ParamUnion_t { scalarParam: scalar_param(scalar) },
             };
-            let param_type = if matches!(value, ParamValue::U32Tensor(_)) { QNN_PARAMTYPE_TENSOR } else { QNN_PARAMTYPE_SCALAR };
+            let param_type =
+                if matches!(value, ParamValue::U32Tensor(_)) { QNN_PARAMTYPE_TENSOR } else { QNN_PARAMTYPE_SCALAR };
             params.push(Qnn_Param_t { paramType: param_type, name: cname.as_ptr(), u });
             param_names.push(cname);
         }
@@ -336,12 +338,22 @@ impl<'w> GraphBuilder<'w> {
 
 fn scalar_param(value: &ParamValue) -> Qnn_Scalar_t {
     match *value {
-        ParamValue::Bool(b) => Qnn_Scalar_t { dataType: QNN_DATATYPE_BOOL_8, value: Qnn_ScalarValue_t { bool8Value: b as u8 } },
-        ParamValue::U32(v) => Qnn_Scalar_t { dataType: QNN_DATATYPE_UINT_32, value: Qnn_ScalarValue_t { uint32Value: v } },
-        ParamValue::I32(v) => Qnn_Scalar_t { dataType: QNN_DATATYPE_INT_32, value: Qnn_ScalarValue_t { int32Value: v } },
-        ParamValue::F32(v) => Qnn_Scalar_t { dataType: QNN_DATATYPE_FLOAT_32, value: Qnn_ScalarValue_t { floatValue: v } },
+        ParamValue::Bool(b) => {
+            Qnn_Scalar_t { dataType: QNN_DATATYPE_BOOL_8, value: Qnn_ScalarValue_t { bool8Value: b as u8 } }
+        }
+        ParamValue::U32(v) => {
+            Qnn_Scalar_t { dataType: QNN_DATATYPE_UINT_32, value: Qnn_ScalarValue_t { uint32Value: v } }
+        }
+        ParamValue::I32(v) => {
+            Qnn_Scalar_t { dataType: QNN_DATATYPE_INT_32, value: Qnn_ScalarValue_t { int32Value: v } }
+        }
+        ParamValue::F32(v) => {
+            Qnn_Scalar_t { dataType: QNN_DATATYPE_FLOAT_32, value: Qnn_ScalarValue_t { floatValue: v } }
+        }
         // Tensor params never reach here (handled by the caller).
-        ParamValue::U32Tensor(_) => Qnn_Scalar_t { dataType: QNN_DATATYPE_UNDEFINED, value: Qnn_ScalarValue_t { uint64Value: 0 } },
+        ParamValue::U32Tensor(_) => {
+            Qnn_Scalar_t { dataType: QNN_DATATYPE_UNDEFINED, value: Qnn_ScalarValue_t { uint64Value: 0 } }
+        }
     }
 }
 

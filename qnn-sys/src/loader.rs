@@ -222,7 +222,11 @@ impl ProviderHeader {
         // SAFETY: source holds `slots` pointer-sized entries at offset 40; destination has 71.
         unsafe {
             let src = self.ptr.cast::<u8>().add(offset_of!(QnnInterface_t, functions));
-            std::ptr::copy_nonoverlapping(src, (&mut table as *mut QnnInterface_FunctionTable_t).cast::<u8>(), slots * 8);
+            std::ptr::copy_nonoverlapping(
+                src,
+                (&mut table as *mut QnnInterface_FunctionTable_t).cast::<u8>(),
+                slots * 8,
+            );
         }
         table
     }

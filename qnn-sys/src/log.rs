@@ -5,7 +5,9 @@
 //! boundary as one pointer-sized value, which `vsnprintf` accepts unchanged; on
 //! other targets we log the raw format string.
 
-use crate::ffi::{QNN_LOG_LEVEL_DEBUG, QNN_LOG_LEVEL_ERROR, QNN_LOG_LEVEL_INFO, QNN_LOG_LEVEL_VERBOSE, QNN_LOG_LEVEL_WARN};
+use crate::ffi::{
+    QNN_LOG_LEVEL_DEBUG, QNN_LOG_LEVEL_ERROR, QNN_LOG_LEVEL_INFO, QNN_LOG_LEVEL_VERBOSE, QNN_LOG_LEVEL_WARN,
+};
 use std::ffi::{c_char, c_void, CStr};
 
 /// QNN log verbosity.
@@ -58,7 +60,10 @@ unsafe fn format_message(fmt: *const c_char, args: *mut c_void) -> String {
             return String::from_utf8_lossy(&buf[..end]).into_owned();
         }
     }
-    #[cfg(not(all(any(target_os = "linux", target_os = "android"), any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        any(target_os = "linux", target_os = "android"),
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     let _ = args;
     // SAFETY: fmt is a valid C string per the contract.
     unsafe { CStr::from_ptr(fmt) }.to_string_lossy().into_owned()

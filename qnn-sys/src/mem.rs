@@ -120,8 +120,11 @@ impl RpcMemAllocator {
             ($name:literal, $ty:ty) => {
                 // SAFETY: the type matches the documented rpcmem.h prototype.
                 unsafe {
-                    *lib.get::<$ty>(concat!($name, "\0").as_bytes())
-                        .map_err(|source| QnnError::MissingSymbol { path: path.clone(), symbol: $name, source })?
+                    *lib.get::<$ty>(concat!($name, "\0").as_bytes()).map_err(|source| QnnError::MissingSymbol {
+                        path: path.clone(),
+                        symbol: $name,
+                        source,
+                    })?
                 }
             };
         }
@@ -138,7 +141,8 @@ impl SharedMemoryAllocator for RpcMemAllocator {
             .map_err(|_| QnnError::SharedMemory(format!("rpcmem_alloc takes at most 2 GB, asked {size} bytes")))?;
         // SAFETY: plain C call with the documented heap/flags.
         let p = unsafe { (self.alloc)(RPCMEM_HEAP_ID_SYSTEM, RPCMEM_DEFAULT_FLAGS, isize) };
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| QnnError::SharedMemory(format!("rpcmem_alloc({size}) failed")))?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| QnnError::SharedMemory(format!("rpcmem_alloc({size}) failed")))?;
         // SAFETY: p is a live rpcmem allocation.
         let fd = unsafe { (self.to_fd)(p) };
         if fd < 0 {

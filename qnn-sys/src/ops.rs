@@ -13,6 +13,10 @@ pub const ELEMENT_WISE_ADD: &str = "ElementWiseAdd";
 pub const ELEMENT_WISE_MULTIPLY: &str = "ElementWiseMultiply";
 /// `ElementWiseSubtract`.
 pub const ELEMENT_WISE_SUBTRACT: &str = "ElementWiseSubtract";
+/// `ElementWiseDivide`.
+pub const ELEMENT_WISE_DIVIDE: &str = "ElementWiseDivide";
+/// `Sigmoid` (`1 / (1 + e^-x)`; SwiGLU's gate is `x · Sigmoid(x)`).
+pub const SIGMOID: &str = "Sigmoid";
 /// `ElementWiseSin`.
 pub const ELEMENT_WISE_SIN: &str = "ElementWiseSin";
 /// `ElementWiseCos`.
@@ -33,6 +37,27 @@ pub const RESHAPE: &str = "Reshape";
 pub const TRANSPOSE: &str = "Transpose";
 /// `Concat`: param `axis`.
 pub const CONCAT: &str = "Concat";
+
+/// Every op type the constructors here emit (what a provider must support to run our lowering).
+pub const ALL: &[&str] = &[
+    FULLY_CONNECTED,
+    MAT_MUL,
+    ELEMENT_WISE_ADD,
+    ELEMENT_WISE_MULTIPLY,
+    ELEMENT_WISE_SUBTRACT,
+    ELEMENT_WISE_DIVIDE,
+    SIGMOID,
+    ELEMENT_WISE_SIN,
+    ELEMENT_WISE_COS,
+    ELEMENT_WISE_NEG,
+    ELEMENT_WISE_EXP,
+    ELEMENT_WISE_RSQRT,
+    RMS_NORM,
+    SOFTMAX,
+    RESHAPE,
+    TRANSPOSE,
+    CONCAT,
+];
 
 /// FullyConnected `y = x · Wᵀ (+ b)`.
 pub fn fully_connected(name: &str, x: TensorId, w: TensorId, bias: Option<TensorId>, y: TensorId) -> Op {

@@ -117,6 +117,18 @@ pub enum Quant {
         /// One (scale, offset) per channel.
         scale_offsets: Vec<(f32, i32)>,
     },
+    /// BW_AXIS_SCALE_OFFSET: per channel, values confined to `bitwidth` bits inside the
+    /// container dtype (e.g. 4-bit weights in an SFIXED_POINT_8 container, as W4A16 uses).
+    PerAxisBitwidth {
+        /// Significant bits per value (≤ the container's bits).
+        bitwidth: u32,
+        /// Channel axis.
+        axis: i32,
+        /// One scale per channel.
+        scales: Vec<f32>,
+        /// One offset per channel.
+        offsets: Vec<i32>,
+    },
 }
 
 /// Dtype + shape + quantization + name: what the engine says about a tensor.
@@ -143,7 +155,9 @@ impl TensorSpec {
         let name = name.into();
         let dims = dims
             .iter()
-            .map(|&d| u32::try_from(d).map_err(|_| QnnError::InvalidArgument(format!("tensor {name:?}: dim {d} exceeds u32"))))
+            .map(|&d| {
+                u32::try_from(d).map_err(|_| QnnError::InvalidArgument(format!("tensor {name:?}: dim {d} exceeds u32")))
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self { name, dtype, dims, quant: Quant::None })
     }
@@ -151,6 +165,12 @@ impl TensorSpec {
     /// Adds per-tensor quantization.
     pub fn quantized(mut self, scale: f32, offset: i32) -> Self {
         self.quant = Quant::PerTensor { scale, offset };
+        self
+    }
+
+    /// Replaces the quantization.
+    pub fn with_quant(mut self, quant: Quant) -> Self {
+        self.quant = quant;
         self
     }
 
@@ -202,6 +222,8 @@ pub(crate) struct OwnedTensor {
     name: CString,
     dims: Vec<u32>,
     scale_offsets: Vec<Qnn_ScaleOffset_t>,
+    bw_scales: Vec<f32>,
+    bw_offsets: Vec<i32>,
 }
 
 impl OwnedTensor {
@@ -210,19 +232,27 @@ impl OwnedTensor {
         let name = CString::new(spec.name.clone())
             .map_err(|_| QnnError::InvalidArgument(format!("tensor name {:?} contains NUL", spec.name)))?;
         if spec.dims.is_empty() || spec.dims.contains(&0) {
-            return Err(QnnError::InvalidArgument(format!("tensor {:?} has empty or zero dims {:?}", spec.name, spec.dims)));
+            return Err(QnnError::InvalidArgument(format!(
+                "tensor {:?} has empty or zero dims {:?}",
+                spec.name, spec.dims
+            )));
         }
         if spec.dtype.is_quantized() && spec.quant == Quant::None {
             return Err(QnnError::InvalidArgument(format!("quantized tensor {:?} needs scale/offset", spec.name)));
         }
+        check_quant(&spec)?;
         let scale_offsets = match &spec.quant {
             Quant::PerAxis { scale_offsets, .. } => {
                 scale_offsets.iter().map(|&(scale, offset)| Qnn_ScaleOffset_t { scale, offset }).collect()
             }
             _ => Vec::new(),
         };
+        let (bw_scales, bw_offsets) = match &spec.quant {
+            Quant::PerAxisBitwidth { scales, offsets, .. } => (scales.clone(), offsets.clone()),
+            _ => (Vec::new(), Vec::new()),
+        };
         let dims = spec.dims.clone();
-        Ok(Self { spec, kind, id: 0, name, dims, scale_offsets })
+        Ok(Self { spec, kind, id: 0, name, dims, scale_offsets, bw_scales, bw_offsets })
     }
 
     /// Rebuilds storage for a tensor whose id is already known (retrieved graphs).
@@ -238,7 +268,9 @@ impl OwnedTensor {
             Quant::PerTensor { scale, offset } => Qnn_QuantizeParams_t {
                 encodingDefinition: QNN_DEFINITION_DEFINED,
                 quantizationEncoding: QNN_QUANTIZATION_ENCODING_SCALE_OFFSET,
-                u: Qnn_QuantizeParamsUnion_t { scaleOffsetEncoding: Qnn_ScaleOffset_t { scale: *scale, offset: *offset } },
+                u: Qnn_QuantizeParamsUnion_t {
+                    scaleOffsetEncoding: Qnn_ScaleOffset_t { scale: *scale, offset: *offset },
+                },
             },
             Quant::PerAxis { axis, .. } => Qnn_QuantizeParams_t {
                 encodingDefinition: QNN_DEFINITION_DEFINED,
@@ -249,6 +281,20 @@ impl OwnedTensor {
                         numScaleOffsets: self.scale_offsets.len() as u32,
                         // QNN takes a mutable pointer but only reads it.
                         scaleOffset: self.scale_offsets.as_ptr().cast_mut(),
+                    },
+                },
+            },
+            Quant::PerAxisBitwidth { bitwidth, axis, .. } => Qnn_QuantizeParams_t {
+                encodingDefinition: QNN_DEFINITION_DEFINED,
+                quantizationEncoding: QNN_QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET,
+                u: Qnn_QuantizeParamsUnion_t {
+                    bwAxisScaleOffsetEncoding: Qnn_BwAxisScaleOffset_t {
+                        bitwidth: *bitwidth,
+                        axis: *axis,
+                        numElements: self.bw_scales.len() as u32,
+                        // QNN takes mutable pointers but only reads them.
+                        scales: self.bw_scales.as_ptr().cast_mut(),
+                        offsets: self.bw_offsets.as_ptr().cast_mut(),
                     },
                 },
             },
@@ -289,6 +335,30 @@ impl OwnedTensor {
     }
 }
 
+/// Rejects per-axis encodings whose axis or entry count does not fit the dims, and bit widths
+/// wider than the container, before QNN sees them.
+fn check_quant(spec: &TensorSpec) -> Result<()> {
+    let bad = |why: String| Err(QnnError::InvalidArgument(format!("tensor {:?}: {why}", spec.name)));
+    let (axis, n) = match &spec.quant {
+        Quant::None | Quant::PerTensor { .. } => return Ok(()),
+        Quant::PerAxis { axis, scale_offsets } => (*axis, scale_offsets.len()),
+        Quant::PerAxisBitwidth { bitwidth, axis, scales, offsets } => {
+            let container = spec.dtype.size_bytes() as u32 * 8;
+            if *bitwidth == 0 || *bitwidth > container {
+                return bad(format!("bit width {bitwidth} does not fit a {container}-bit container"));
+            }
+            if offsets.len() != scales.len() {
+                return bad(format!("{} scales but {} offsets", scales.len(), offsets.len()));
+            }
+            (*axis, scales.len())
+        }
+    };
+    match usize::try_from(axis).ok().and_then(|a| spec.dims.get(a)) {
+        Some(&d) if d as usize == n => Ok(()),
+        _ => bad(format!("per-axis quantization (axis {axis}, {n} entries) does not fit dims {:?}", spec.dims)),
+    }
+}
+
 /// A tensor's spec together with the id the backend assigned, as stored in cache sidecars.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TensorMeta {
@@ -304,7 +374,22 @@ mod tests {
 
     #[test]
     fn dtype_codes_roundtrip_and_match_reference() {
-        for d in [DType::F32, DType::F16, DType::I8, DType::U8, DType::I16, DType::U16, DType::I32, DType::U32, DType::I64, DType::Bool, DType::QI8, DType::QU8, DType::QI16, DType::QU16] {
+        for d in [
+            DType::F32,
+            DType::F16,
+            DType::I8,
+            DType::U8,
+            DType::I16,
+            DType::U16,
+            DType::I32,
+            DType::U32,
+            DType::I64,
+            DType::Bool,
+            DType::QI8,
+            DType::QU8,
+            DType::QI16,
+            DType::QU16,
+        ] {
             assert_eq!(DType::from_raw(d.raw()), Some(d));
         }
         assert_eq!(DType::F16.raw(), 0x0216);

@@ -216,15 +216,16 @@ fn raw_table_null_handles_and_wrong_order() {
     let mock = Mock::new();
     let lib = QnnLibrary::load(mock.path()).expect("load");
     let t = *lib.table();
-    let (Some(ctx_create), Some(graph_create), Some(backend_create), Some(backend_free), Some(device_create), Some(device_free), Some(ctx_free)) = (
-        t.contextCreate,
-        t.graphCreate,
-        t.backendCreate,
-        t.backendFree,
-        t.deviceCreate,
-        t.deviceFree,
-        t.contextFree,
-    ) else {
+    let (
+        Some(ctx_create),
+        Some(graph_create),
+        Some(backend_create),
+        Some(backend_free),
+        Some(device_create),
+        Some(device_free),
+        Some(ctx_free),
+    ) = (t.contextCreate, t.graphCreate, t.backendCreate, t.backendFree, t.deviceCreate, t.deviceFree, t.contextFree)
+    else {
         panic!("mock implements these slots");
     };
     let mut h: Qnn_Handle_t = null_mut();
@@ -248,4 +249,82 @@ fn raw_table_null_handles_and_wrong_order() {
         assert_eq!(backend_free(be) & 0xFFFF, 4000, "double free");
     }
     assert_eq!(mock.live_handles(), 0);
+}
+
+#[test]
+fn op_params_ranks_and_weight_dtypes_are_validated() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let gamma = f32_bytes(&[1.0; 4]);
+    let w16 = vec![0u8; 3 * 4 * 2];
+    let b16 = vec![0u8; 3 * 2];
+    let mut g = ctx.graph_builder("params", &GraphOptions::default()).expect("graph");
+    let x = g.input(TensorSpec::new("x", DType::F32, &[2, 4])).expect("x");
+    let gm = g.constant(TensorSpec::new("gamma", DType::F32, &[4]), &gamma).expect("gamma");
+    let wh = g.constant(TensorSpec::new("w16", DType::F16, &[3, 4]), &w16).expect("w16");
+    let bh = g.constant(TensorSpec::new("b16", DType::F16, &[3]), &b16).expect("b16");
+    let y = g.native(TensorSpec::new("y", DType::F32, &[2, 4])).expect("y");
+    let y3 = g.native(TensorSpec::new("y3", DType::F32, &[2, 3])).expect("y3");
+    let big = g.native(TensorSpec::new("big", DType::F32, &[1, 1, 1, 2, 4])).expect("big");
+    let bad = |g: &mut GraphBuilder<'_>, op: Op, needle: &str| {
+        let err = g.add_node(op).unwrap_err();
+        assert_eq!(api_code(&err), ("graphAddNode", 6005));
+        assert!(mock.last_error().contains(needle), "want {needle:?} in {:?}", mock.last_error());
+    };
+    // RmsNorm needs `epsilon` (FLOAT_32, > 0) and `axes`.
+    bad(
+        &mut g,
+        Op::new("n1", ops::RMS_NORM).inputs(&[x, gm]).outputs(&[y]).param("axes", ParamValue::U32Tensor(vec![1])),
+        "missing required param \"epsilon\"",
+    );
+    bad(&mut g, ops::rms_norm("n2", x, gm, -1.0, 1, y), "epsilon must be positive");
+    bad(&mut g, ops::rms_norm("n3", x, gm, 1e-6, 1, y).param("epsilon", ParamValue::F32(1e-6)), "given twice");
+    // Params of the wrong kind or unknown names.
+    bad(
+        &mut g,
+        Op::new("s1", ops::SOFTMAX).inputs(&[x]).outputs(&[y]).param("axis", ParamValue::F32(1.0)),
+        "wrong kind",
+    );
+    bad(&mut g, ops::softmax("s2", x, 1, 1.0, y).param("temperature", ParamValue::F32(2.0)), "unknown param");
+    bad(&mut g, ops::softmax("s3", x, 1, 0.0, y), "beta must be positive");
+    bad(&mut g, Op::new("c1", ops::CONCAT).inputs(&[x]).outputs(&[y]), "missing required param \"axis\"");
+    // HTP rank limit.
+    bad(&mut g, ops::reshape("r5", x, big), "rank 5");
+    // fp16 weights and bias under fp32 activations.
+    bad(&mut g, ops::fully_connected("fc16w", x, wh, None, y3), "not usable");
+    let w32 = f32_bytes(&[0.1; 12]);
+    let wf = g.constant(TensorSpec::new("w32", DType::F32, &[3, 4]), &w32).expect("w32");
+    bad(&mut g, ops::fully_connected("fc16b", x, wf, Some(bh), y3), "bias dtype");
+    g.add_node(ops::fully_connected("fc_ok", x, wf, None, y3)).expect("valid FC");
+}
+
+#[test]
+fn four_bit_weights_are_range_checked() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let mut g = ctx.graph_builder("w4", &GraphOptions::default()).expect("graph");
+    let quant = |bitwidth| Quant::PerAxisBitwidth { bitwidth, axis: 0, scales: vec![0.5, 0.25], offsets: vec![0, 0] };
+    let spec = |name: &str, bitwidth| TensorSpec::new(name, DType::QI8, &[2, 2]).with_quant(quant(bitwidth));
+    // 9 does not fit 4 signed bits: the provider refuses the static tensor.
+    let over = [1u8, 9, 0xF8, 7];
+    let err = g.constant(spec("over", 4), &over).expect_err("out of range");
+    assert_eq!(api_code(&err), ("tensorCreateGraphTensor", 6004));
+    assert!(mock.last_error().contains("4-bit range"), "{}", mock.last_error());
+    g.constant(spec("ok", 4), &[1u8, 0xF8, 0, 7]).expect("-8..7 fits");
+    // The wrapper rejects impossible encodings before QNN sees them.
+    for bad in [
+        spec("wide", 9),
+        TensorSpec::new("axis", DType::QI8, &[2, 2]).with_quant(Quant::PerAxisBitwidth {
+            bitwidth: 4,
+            axis: 1,
+            scales: vec![1.0; 3],
+            offsets: vec![0; 3],
+        }),
+    ] {
+        assert!(matches!(g.constant(bad, &[0u8; 4]), Err(QnnError::InvalidArgument(_))));
+    }
 }

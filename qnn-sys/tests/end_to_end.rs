@@ -78,7 +78,10 @@ impl Mlp {
 
 /// Builds and finalizes the MLP graph in `ctx`.
 fn build_mlp(ctx: &Context, w: &[Vec<u8>; 5]) -> Result<Graph> {
-    let mut g = ctx.graph_builder("mlp", &GraphOptions { fp16_precision: false, vtcm_mb: Some(8), finalize_optimization: Some(3.0) })?;
+    let mut g = ctx.graph_builder(
+        "mlp",
+        &GraphOptions { fp16_precision: false, vtcm_mb: Some(8), finalize_optimization: Some(3.0) },
+    )?;
     let x = g.input(TensorSpec::new("x", DType::F32, &[M, D_IN]))?;
     let w1 = g.constant(TensorSpec::new("w1", DType::F32, &[D_H, D_IN]), &w[0])?;
     let b1 = g.constant(TensorSpec::new("b1", DType::F32, &[D_H]), &w[1])?;
@@ -183,9 +186,8 @@ fn context_binary_cache_roundtrip() {
     // First run: nothing cached → build, save binary + sidecar.
     let first = {
         let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
-        let mut cached = cache
-            .load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?]))
-            .expect("build");
+        let mut cached =
+            cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("build");
         assert!(matches!(&cached.outcome, CacheOutcome::Built { reason } if reason.contains("no cached context")));
         run_mlp(&mut cached.graphs[0], &x)
     };
@@ -201,30 +203,38 @@ fn context_binary_cache_roundtrip() {
     mock.clear_calls();
     let second = {
         let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
-        let mut cached = cache
-            .load_or_build(&backend, None, &mlp.hash(), |_| panic!("must not rebuild"))
-            .expect("load");
+        let mut cached =
+            cache.load_or_build(&backend, None, &mlp.hash(), |_| panic!("must not rebuild")).expect("load");
         assert_eq!(cached.outcome, CacheOutcome::Loaded);
         run_mlp(&mut cached.graphs[0], &x)
     };
     assert_eq!(first, second, "reloaded binary gives identical results");
     assert_close(&second, &mlp.reference(&x), 1e-5);
     let calls = mock.calls();
-    assert_subsequence(&calls, &["backendCreate", "contextCreateFromBinary", "graphRetrieve", "graphExecute", "contextFree", "backendFree"]);
+    assert_subsequence(
+        &calls,
+        &["backendCreate", "contextCreateFromBinary", "graphRetrieve", "graphExecute", "contextFree", "backendFree"],
+    );
     for forbidden in ["graphCreate", "graphAddNode", "graphFinalize", "contextCreate"] {
         assert!(!calls.iter().any(|c| c == forbidden), "{forbidden} called on cache hit: {calls:?}");
     }
 
     // Different source weights → rebuild with a logged reason.
     let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
-    let r = cache.load_or_build(&backend, None, "other-hash", |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
+    let r =
+        cache.load_or_build(&backend, None, "other-hash", |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
     assert!(matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("source hash")), "{:?}", r.outcome);
     drop(r);
 
     // Garbage sidecar → rebuild.
     std::fs::write(cache.sidecar_path(), b"{not json").expect("write");
-    let r = cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
-    assert!(matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("invalid sidecar")), "{:?}", r.outcome);
+    let r =
+        cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
+    assert!(
+        matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("invalid sidecar")),
+        "{:?}",
+        r.outcome
+    );
     drop(r);
 
     // Binary edited behind the sidecar's back → rebuild.
@@ -232,15 +242,21 @@ fn context_binary_cache_roundtrip() {
     let last = bin.len() - 1;
     bin[last] ^= 0xff;
     std::fs::write(cache.binary_path(), &bin).expect("write");
-    let r = cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
-    assert!(matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("does not match")), "{:?}", r.outcome);
+    let r =
+        cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
+    assert!(
+        matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("does not match")),
+        "{:?}",
+        r.outcome
+    );
     drop(r);
 
     // A sidecar from another API version → rebuild.
     let mut side: Sidecar = serde_json::from_slice(&std::fs::read(cache.sidecar_path()).expect("read")).expect("json");
     side.core_api = "2.30.0".into();
     std::fs::write(cache.sidecar_path(), serde_json::to_vec(&side).expect("json")).expect("write");
-    let r = cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
+    let r =
+        cache.load_or_build(&backend, None, &mlp.hash(), |ctx| Ok(vec![build_mlp(ctx, &weights)?])).expect("rebuild");
     assert!(matches!(&r.outcome, CacheOutcome::Built { reason } if reason.contains("API version")), "{:?}", r.outcome);
     drop(r);
     drop(backend);
@@ -443,8 +459,12 @@ fn shared_memory_registration_zero_copy() {
         let alloc: Arc<dyn SharedMemoryAllocator> = Arc::new(MemfdAllocator);
         let in_spec = graph.input_specs()[0].clone();
         let out_spec = graph.output_specs()[0].clone();
-        let mut in_buf = ctx.register(SharedBuffer::new(alloc.clone(), in_spec.num_bytes()).expect("alloc"), &in_spec).expect("register in");
-        let out_buf = ctx.register(SharedBuffer::new(alloc.clone(), out_spec.num_bytes()).expect("alloc"), &out_spec).expect("register out");
+        let mut in_buf = ctx
+            .register(SharedBuffer::new(alloc.clone(), in_spec.num_bytes()).expect("alloc"), &in_spec)
+            .expect("register in");
+        let out_buf = ctx
+            .register(SharedBuffer::new(alloc.clone(), out_spec.num_bytes()).expect("alloc"), &out_spec)
+            .expect("register out");
         in_buf.as_mut_slice().copy_from_slice(&f32_bytes(&x));
         graph.execute_bound(&[Binding::Shared(&in_buf)], &mut [BindingMut::Shared(&out_buf)]).expect("execute");
         assert_close(&bytes_f32(out_buf.as_slice()), &mlp.reference(&x), 1e-5);
@@ -458,7 +478,10 @@ fn shared_memory_registration_zero_copy() {
     }
     assert_eq!(mock.live_handles(), 0, "{}", mock.last_error());
     let calls = mock.calls();
-    assert_subsequence(&calls, &["memRegister", "memRegister", "graphExecute", "memDeRegister", "memDeRegister", "contextFree", "backendFree"]);
+    assert_subsequence(
+        &calls,
+        &["memRegister", "memRegister", "graphExecute", "memDeRegister", "memDeRegister", "contextFree", "backendFree"],
+    );
 }
 
 #[test]
@@ -508,4 +531,49 @@ fn log_callback_is_routed_to_tracing() {
     // The mock's message contains "%%", which only a real vsnprintf turns into "%".
     assert!(seen.iter().any(|m| m.contains("log created (100% mock)")), "{seen:?}");
     assert!(seen.iter().any(|m| m.contains("backend created")), "{seen:?}");
+}
+
+#[test]
+fn four_bit_axis_weights_and_sigmoid_execute_and_survive_the_binary() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let (n, k) = (3u32, 4u32);
+    let scales = vec![0.5f32, 0.25, 0.125];
+    // 4-bit codes in an int8 container, -8..=7.
+    let codes: Vec<i8> = vec![-8, -3, 0, 7, 1, 2, 3, 4, -1, -2, -5, 6];
+    let wq: Vec<u8> = codes.iter().map(|&c| c as u8).collect();
+    let wspec = TensorSpec::new("w", DType::QI8, &[n, k]).with_quant(Quant::PerAxisBitwidth {
+        bitwidth: 4,
+        axis: 0,
+        scales: scales.clone(),
+        offsets: vec![0; 3],
+    });
+    let xv = det_values(2 * k as usize, 5);
+    let mut g = ctx.graph_builder("w4", &GraphOptions::default()).expect("graph");
+    let x = g.input(TensorSpec::new("x", DType::F32, &[2, k])).expect("x");
+    let w = g.constant(wspec, &wq).expect("w");
+    let h = g.native(TensorSpec::new("h", DType::F32, &[2, n])).expect("h");
+    let y = g.output(TensorSpec::new("y", DType::F32, &[2, n])).expect("y");
+    g.add_node(ops::fully_connected("fc", x, w, None, h)).expect("fc");
+    g.add_node(ops::unary("sig", ops::SIGMOID, h, y)).expect("sigmoid");
+    let mut graph = g.finalize().expect("finalize");
+    let mut out = vec![0u8; (2 * n * 4) as usize];
+    graph.execute(&[&f32_bytes(&xv)], &mut [&mut out]).expect("execute");
+    let (nu, ku) = (n as usize, k as usize);
+    let want: Vec<f32> = (0..2 * nu)
+        .map(|o| {
+            let (i, j) = (o / nu, o % nu);
+            let z: f32 = (0..ku).map(|p| xv[i * ku + p] * codes[j * ku + p] as f32 * scales[j]).sum();
+            1.0 / (1.0 + (-z).exp())
+        })
+        .collect();
+    assert_close(&bytes_f32(&out), &want, 1e-6);
+    let bin = ctx.binary().expect("binary");
+    let ctx2 = Context::from_binary(&backend, None, &bin).expect("reload");
+    let mut g2 = ctx2.retrieve_graph(&graph.meta()).expect("retrieve");
+    let mut out2 = vec![0u8; out.len()];
+    g2.execute(&[&f32_bytes(&xv)], &mut [&mut out2]).expect("execute");
+    assert_eq!(out, out2);
 }

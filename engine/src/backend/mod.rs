@@ -1,6 +1,7 @@
 //! Execution backends. Decoding reaches them only through [`Backend`].
 
 pub mod cpu;
+pub mod qnn;
 pub mod vnpu;
 
 use crate::error::Result;

@@ -34,6 +34,12 @@ impl RopeTable {
         self.cos.len() / (self.rotary_dim / 2).max(1)
     }
 
+    /// The `rotary_dim / 2` cosines and sines of position `pos` (graph inputs of NPU backends).
+    pub fn cos_sin(&self, pos: usize) -> (&[f32], &[f32]) {
+        let half = self.rotary_dim / 2;
+        (&self.cos[pos * half..(pos + 1) * half], &self.sin[pos * half..(pos + 1) * half])
+    }
+
     /// Rotates one head vector (`head.len() == head_dim`) for position `pos`.
     pub fn apply(&self, head: &mut [f32], pos: usize) {
         let half = self.rotary_dim / 2;

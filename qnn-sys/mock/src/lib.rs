@@ -16,9 +16,13 @@
 mod ffi;
 mod model;
 mod ops;
+mod validate;
 
 use ffi::*;
-use model::{cstr, deserialize, dtype_size, is_fixed_point, read_tensor, serialize, MNode, MParam, MTensor, ParseError, SerialGraph};
+use model::{
+    cstr, deserialize, dtype_size, is_fixed_point, read_tensor, serialize, MNode, MParam, MTensor, ParseError,
+    SerialGraph,
+};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -234,7 +238,11 @@ unsafe extern "C" fn log_free(log: Qnn_LogHandle_t) -> u64 {
     })
 }
 
-unsafe extern "C" fn backend_create(log: Qnn_LogHandle_t, _cfg: *const *const Qnn_Config_t, out: *mut Qnn_BackendHandle_t) -> u64 {
+unsafe extern "C" fn backend_create(
+    log: Qnn_LogHandle_t,
+    _cfg: *const *const Qnn_Config_t,
+    out: *mut Qnn_BackendHandle_t,
+) -> u64 {
     guarded("backendCreate", |s| {
         if out.is_null() {
             return s.fail(E_COMMON_INVALID_ARGUMENT, "backendCreate: null out".into());
@@ -307,7 +315,11 @@ unsafe extern "C" fn backend_free(backend: Qnn_BackendHandle_t) -> u64 {
     })
 }
 
-unsafe extern "C" fn device_create(log: Qnn_LogHandle_t, cfg: *const *const Qnn_Config_t, out: *mut Qnn_DeviceHandle_t) -> u64 {
+unsafe extern "C" fn device_create(
+    log: Qnn_LogHandle_t,
+    cfg: *const *const Qnn_Config_t,
+    out: *mut Qnn_DeviceHandle_t,
+) -> u64 {
     guarded("deviceCreate", |s| {
         if out.is_null() {
             return s.fail(E_COMMON_INVALID_ARGUMENT, "deviceCreate: null out".into());
@@ -424,7 +436,12 @@ unsafe extern "C" fn context_get_binary_size(ctx: Qnn_ContextHandle_t, size: *mu
     })
 }
 
-unsafe extern "C" fn context_get_binary(ctx: Qnn_ContextHandle_t, buf: *mut c_void, size: u64, written: *mut u64) -> u64 {
+unsafe extern "C" fn context_get_binary(
+    ctx: Qnn_ContextHandle_t,
+    buf: *mut c_void,
+    size: u64,
+    written: *mut u64,
+) -> u64 {
     guarded("contextGetBinary", |s| {
         if !s.contexts.contains_key(&key(ctx)) {
             return s.fail(E_CONTEXT_INVALID_HANDLE, "contextGetBinary: unknown context".into());
@@ -468,8 +485,12 @@ unsafe extern "C" fn context_create_from_binary(
         let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), size as usize) };
         let graphs = match deserialize(bytes) {
             Ok(g) => g,
-            Err(ParseError::Version(v)) => return s.fail(E_CONTEXT_BINARY_VERSION, format!("binary format {v} unsupported")),
-            Err(ParseError::Corrupt(why)) => return s.fail(E_CONTEXT_CREATE_FROM_BINARY, format!("corrupt binary: {why}")),
+            Err(ParseError::Version(v)) => {
+                return s.fail(E_CONTEXT_BINARY_VERSION, format!("binary format {v} unsupported"))
+            }
+            Err(ParseError::Corrupt(why)) => {
+                return s.fail(E_CONTEXT_CREATE_FROM_BINARY, format!("corrupt binary: {why}"))
+            }
         };
         let h = s.new_handle();
         s.contexts.insert(h, (key(backend), key(device)));
@@ -521,7 +542,10 @@ unsafe extern "C" fn graph_create(
             return s.fail(E_GRAPH_INVALID_NAME, format!("graphCreate: duplicate graph {name:?}"));
         }
         let h = s.new_handle();
-        s.graphs.insert(h, Graph { name, ctx: k, tensors: Vec::new(), nodes: Vec::new(), produced: HashSet::new(), finalized: false });
+        s.graphs.insert(
+            h,
+            Graph { name, ctx: k, tensors: Vec::new(), nodes: Vec::new(), produced: HashSet::new(), finalized: false },
+        );
         // SAFETY: out non-null.
         unsafe { *out = handle(h) };
         0
@@ -573,7 +597,9 @@ fn check_new_tensor(g: &Graph, mut t: MTensor, mem_type: u32, mem: Qnn_TensorMem
         return Err(format!("tensor {:?}: quantized tensor needs a positive scale", t.name));
     }
     match t.ttype {
-        QNN_TENSOR_TYPE_APP_READWRITE => return Err(format!("tensor {:?}: APP_READWRITE graph tensors are not allowed", t.name)),
+        QNN_TENSOR_TYPE_APP_READWRITE => {
+            return Err(format!("tensor {:?}: APP_READWRITE graph tensors are not allowed", t.name))
+        }
         QNN_TENSOR_TYPE_APP_WRITE | QNN_TENSOR_TYPE_APP_READ | QNN_TENSOR_TYPE_NATIVE | QNN_TENSOR_TYPE_STATIC => {}
         other => return Err(format!("tensor {:?}: tensor type {other} not supported by the mock", t.name)),
     }
@@ -586,10 +612,24 @@ fn check_new_tensor(g: &Graph, mut t: MTensor, mem_type: u32, mem: Qnn_TensorMem
         };
         let need = t.dims.iter().map(|&d| d as usize).product::<usize>() * esize;
         if c.dataSize as usize != need {
-            return Err(format!("STATIC tensor {:?}: {} bytes for dims {:?} (need {need})", t.name, c.dataSize, t.dims));
+            return Err(format!(
+                "STATIC tensor {:?}: {} bytes for dims {:?} (need {need})",
+                t.name, c.dataSize, t.dims
+            ));
         }
         // SAFETY: data holds dataSize bytes per the API contract; copied now (STATIC data is copied at creation).
-        t.data = Some(unsafe { std::slice::from_raw_parts(c.data.cast::<u8>(), need) }.to_vec());
+        let data = unsafe { std::slice::from_raw_parts(c.data.cast::<u8>(), need) }.to_vec();
+        if t.bitwidth != 0 {
+            // Values must fit the declared bit width (e.g. 4-bit weights in an 8-bit container).
+            let (lo, hi) = ops::value_range(&t).unwrap_or((f32::MIN, f32::MAX));
+            // Without channels the tensor's own scale/offset are 1/0: decode yields the raw integers.
+            let raw = MTensor { channels: Vec::new(), data: None, ..t.clone() };
+            let values = ops::decode(&raw, &data)?;
+            if let Some(v) = values.iter().find(|&&v| v < lo || v > hi) {
+                return Err(format!("STATIC tensor {:?}: value {v} outside its {}-bit range", t.name, t.bitwidth));
+            }
+        }
+        t.data = Some(data);
     } else if has_data {
         return Err(format!("non-STATIC tensor {:?} must have NULL data at creation", t.name));
     }
@@ -633,7 +673,8 @@ unsafe fn read_op(op: &Qnn_OpConfig_t) -> Result<(MNode, Vec<MTensor>, Vec<MTens
     // SAFETY: version 1 selects v1.
     let v = unsafe { &op.u.v1 };
     // SAFETY: strings are null or valid C strings.
-    let (name, package, type_name) = unsafe { (cstr(v.name).unwrap_or_default(), cstr(v.packageName), cstr(v.typeName)) };
+    let (name, package, type_name) =
+        unsafe { (cstr(v.name).unwrap_or_default(), cstr(v.packageName), cstr(v.typeName)) };
     if package.as_deref() != Some(QNN_OP_PACKAGE_NAME_QTI_AISW) {
         return Err(format!("node {name:?}: unknown op package {package:?}"));
     }
@@ -713,32 +754,48 @@ unsafe extern "C" fn graph_add_node(graph: Qnn_GraphHandle_t, op: Qnn_OpConfig_t
         }
         let res = (|| -> Result<(), (u64, String)> {
             let lookup = |raw: &MTensor| -> Result<&MTensor, (u64, String)> {
-                let t = g.tensor(raw.id).ok_or((E_GRAPH_INVALID_TENSOR, format!("node {:?}: tensor id {} ({:?}) was never created", node.name, raw.id, raw.name)))?;
+                let t = g.tensor(raw.id).ok_or((
+                    E_GRAPH_INVALID_TENSOR,
+                    format!("node {:?}: tensor id {} ({:?}) was never created", node.name, raw.id, raw.name),
+                ))?;
                 if t.dims != raw.dims || t.dtype != raw.dtype {
-                    return Err((E_GRAPH_INVALID_TENSOR, format!(
-                        "node {:?}: tensor {:?} passed as {:?}/0x{:04x}, created as {:?}/0x{:04x}",
-                        node.name, t.name, raw.dims, raw.dtype, t.dims, t.dtype
-                    )));
+                    return Err((
+                        E_GRAPH_INVALID_TENSOR,
+                        format!(
+                            "node {:?}: tensor {:?} passed as {:?}/0x{:04x}, created as {:?}/0x{:04x}",
+                            node.name, t.name, raw.dims, raw.dtype, t.dims, t.dtype
+                        ),
+                    ));
                 }
                 Ok(t)
             };
             let ins = raw_ins.iter().map(lookup).collect::<Result<Vec<_>, _>>()?;
             let outs = raw_outs.iter().map(lookup).collect::<Result<Vec<_>, _>>()?;
             for t in &ins {
-                let ready = matches!(t.ttype, QNN_TENSOR_TYPE_APP_WRITE | QNN_TENSOR_TYPE_STATIC) || g.produced.contains(&t.id);
+                let ready =
+                    matches!(t.ttype, QNN_TENSOR_TYPE_APP_WRITE | QNN_TENSOR_TYPE_STATIC) || g.produced.contains(&t.id);
                 if !ready {
-                    return Err((E_GRAPH_UNCONNECTED_NODE, format!("node {:?}: input {:?} is not produced by an earlier node", node.name, t.name)));
+                    return Err((
+                        E_GRAPH_UNCONNECTED_NODE,
+                        format!("node {:?}: input {:?} is not produced by an earlier node", node.name, t.name),
+                    ));
                 }
             }
             for t in &outs {
                 if !matches!(t.ttype, QNN_TENSOR_TYPE_APP_READ | QNN_TENSOR_TYPE_NATIVE) {
-                    return Err((E_GRAPH_INVALID_OP_CONFIG, format!("node {:?}: output {:?} is an input/static tensor", node.name, t.name)));
+                    return Err((
+                        E_GRAPH_INVALID_OP_CONFIG,
+                        format!("node {:?}: output {:?} is an input/static tensor", node.name, t.name),
+                    ));
                 }
                 if g.produced.contains(&t.id) {
-                    return Err((E_GRAPH_INVALID_OP_CONFIG, format!("node {:?}: output {:?} already produced", node.name, t.name)));
+                    return Err((
+                        E_GRAPH_INVALID_OP_CONFIG,
+                        format!("node {:?}: output {:?} already produced", node.name, t.name),
+                    ));
                 }
             }
-            ops::validate(&node, &ins, &outs).map_err(|e| (E_GRAPH_INVALID_OP_CONFIG, e))
+            validate::validate(&node, &ins, &outs).map_err(|e| (E_GRAPH_INVALID_OP_CONFIG, e))
         })();
         if let Err((code, msg)) = res {
             return s.fail(code, msg);
@@ -751,7 +808,11 @@ unsafe extern "C" fn graph_add_node(graph: Qnn_GraphHandle_t, op: Qnn_OpConfig_t
     })
 }
 
-unsafe extern "C" fn graph_finalize(graph: Qnn_GraphHandle_t, _profile: Qnn_ProfileHandle_t, _signal: Qnn_SignalHandle_t) -> u64 {
+unsafe extern "C" fn graph_finalize(
+    graph: Qnn_GraphHandle_t,
+    _profile: Qnn_ProfileHandle_t,
+    _signal: Qnn_SignalHandle_t,
+) -> u64 {
     guarded("graphFinalize", |s| {
         let gk = key(graph);
         let Some(g) = s.graphs.get(&gk) else {
@@ -777,7 +838,13 @@ unsafe extern "C" fn graph_finalize(graph: Qnn_GraphHandle_t, _profile: Qnn_Prof
 }
 
 /// Resolves an execute-time tensor to its bytes (RAW client buffer or registered mem).
-fn io_slice(s: &State, ctx: usize, t: &MTensor, mem_type: u32, mem: Qnn_TensorMemUnion_t) -> Result<(*mut u8, usize), (u64, String)> {
+fn io_slice(
+    s: &State,
+    ctx: usize,
+    t: &MTensor,
+    mem_type: u32,
+    mem: Qnn_TensorMemUnion_t,
+) -> Result<(*mut u8, usize), (u64, String)> {
     match mem_type {
         QNN_TENSORMEMTYPE_RAW => {
             // SAFETY: RAW selects clientBuf.
@@ -792,7 +859,10 @@ fn io_slice(s: &State, ctx: usize, t: &MTensor, mem_type: u32, mem: Qnn_TensorMe
             let h = key(unsafe { mem.memHandle });
             let m = s.mems.get(&h).ok_or((E_MEM_INVALID_HANDLE, format!("tensor {:?}: unknown mem handle", t.name)))?;
             if m.ctx != ctx {
-                return Err((E_MEM_INVALID_HANDLE, format!("tensor {:?}: mem handle registered with another context", t.name)));
+                return Err((
+                    E_MEM_INVALID_HANDLE,
+                    format!("tensor {:?}: mem handle registered with another context", t.name),
+                ));
             }
             Ok((m.ptr, m.len))
         }
@@ -834,10 +904,15 @@ fn execute(
     let want_in: Vec<&MTensor> = g.tensors.iter().filter(|t| t.ttype == QNN_TENSOR_TYPE_APP_WRITE).collect();
     let want_out: Vec<&MTensor> = g.tensors.iter().filter(|t| t.ttype == QNN_TENSOR_TYPE_APP_READ).collect();
     if n_in as usize != want_in.len() || n_out as usize != want_out.len() {
-        return Err((E_GRAPH_INVALID_ARGUMENT, format!(
-            "graphExecute: graph {:?} has {}/{} inputs/outputs, got {n_in}/{n_out}",
-            g.name, want_in.len(), want_out.len()
-        )));
+        return Err((
+            E_GRAPH_INVALID_ARGUMENT,
+            format!(
+                "graphExecute: graph {:?} has {}/{} inputs/outputs, got {n_in}/{n_out}",
+                g.name,
+                want_in.len(),
+                want_out.len()
+            ),
+        ));
     }
     if (n_in > 0 && inputs.is_null()) || (n_out > 0 && outputs.is_null()) {
         return Err((E_GRAPH_INVALID_ARGUMENT, "graphExecute: null tensor array".into()));
@@ -850,16 +925,22 @@ fn execute(
     let bind = |p: *const Qnn_Tensor_t, ttype: u32| -> Result<(&MTensor, *mut u8), (u64, String)> {
         // SAFETY: p is within the caller's array.
         let (raw, mt, mem) = unsafe { read_tensor(p) }.map_err(|e| (E_GRAPH_INVALID_TENSOR, e))?;
-        let t = g
-            .tensor(raw.id)
-            .filter(|t| t.ttype == ttype)
-            .ok_or((E_GRAPH_INVALID_TENSOR, format!("graphExecute: tensor id {} ({:?}) is not a graph I/O of that kind", raw.id, raw.name)))?;
+        let t = g.tensor(raw.id).filter(|t| t.ttype == ttype).ok_or((
+            E_GRAPH_INVALID_TENSOR,
+            format!("graphExecute: tensor id {} ({:?}) is not a graph I/O of that kind", raw.id, raw.name),
+        ))?;
         if raw.dtype != t.dtype || raw.dims != t.dims {
-            return Err((E_GRAPH_INVALID_TENSOR, format!("graphExecute: tensor {:?} shape/dtype differ from the graph", t.name)));
+            return Err((
+                E_GRAPH_INVALID_TENSOR,
+                format!("graphExecute: tensor {:?} shape/dtype differ from the graph", t.name),
+            ));
         }
         let (ptr, len) = io_slice(s, g.ctx, t, mt, mem)?;
         if len < t.nbytes() || (mt == QNN_TENSORMEMTYPE_RAW && len != t.nbytes()) {
-            return Err((E_GRAPH_INVALID_TENSOR, format!("graphExecute: tensor {:?} buffer {len} B, need {}", t.name, t.nbytes())));
+            return Err((
+                E_GRAPH_INVALID_TENSOR,
+                format!("graphExecute: tensor {:?} buffer {len} B, need {}", t.name, t.nbytes()),
+            ));
         }
         Ok((t, ptr))
     };
@@ -885,7 +966,8 @@ fn execute(
             .iter()
             .map(|id| {
                 let t = g.tensor(*id).ok_or((E_GRAPH_INVALID_TENSOR, format!("dangling tensor id {id}")))?;
-                let v = values.get(id).ok_or((E_GRAPH_UNCONNECTED_NODE, format!("tensor {:?} has no value", t.name)))?;
+                let v =
+                    values.get(id).ok_or((E_GRAPH_UNCONNECTED_NODE, format!("tensor {:?} has no value", t.name)))?;
                 Ok((t, v.as_slice()))
             })
             .collect::<Result<_, (u64, String)>>()?;
@@ -923,7 +1005,10 @@ unsafe extern "C" fn mem_register(
             // SAFETY: descs holds n descriptors.
             let d = unsafe { &*descs.add(i) };
             if d.memType != QNN_MEM_TYPE_ION {
-                return s.fail(E_MEM_UNSUPPORTED_MEMTYPE, format!("memRegister: mem type {} unsupported by the mock", d.memType));
+                return s.fail(
+                    E_MEM_UNSUPPORTED_MEMTYPE,
+                    format!("memRegister: mem type {} unsupported by the mock", d.memType),
+                );
             }
             if d.memShape.numDim == 0 || d.memShape.dimSize.is_null() {
                 return s.fail(E_MEM_INVALID_ARGUMENT, "memRegister: empty shape".into());
@@ -941,9 +1026,14 @@ unsafe extern "C" fn mem_register(
             }
             // Map the fd like the DSP maps an rpcmem buffer: a second view of the same pages.
             // SAFETY: plain mmap of a caller-provided fd; failure is checked.
-            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+            let p = unsafe {
+                libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            };
             if p == libc::MAP_FAILED {
-                return s.fail(E_MEM_MAPPING, format!("memRegister: cannot map fd {fd}: {}", std::io::Error::last_os_error()));
+                return s.fail(
+                    E_MEM_MAPPING,
+                    format!("memRegister: cannot map fd {fd}: {}", std::io::Error::last_os_error()),
+                );
             }
             let h = s.new_handle();
             s.mems.insert(h, Mem { ctx: ck, fd, ptr: p.cast(), len });
@@ -1188,6 +1278,11 @@ pub extern "C" fn QnnMock_getLastError(buf: *mut c_char, cap: usize) -> usize {
 #[no_mangle]
 pub extern "C" fn QnnMock_liveHandles() -> u32 {
     let s = state();
-    (s.log_cbs.len() + s.backends.len() + s.devices.len() + s.contexts.len() + s.graphs.len() + s.mems.len() + s.power_ids.len())
-        as u32
+    (s.log_cbs.len()
+        + s.backends.len()
+        + s.devices.len()
+        + s.contexts.len()
+        + s.graphs.len()
+        + s.mems.len()
+        + s.power_ids.len()) as u32
 }

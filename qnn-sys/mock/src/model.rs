@@ -19,6 +19,8 @@ pub struct MTensor {
     /// empty for per-tensor.
     pub axis: i32,
     pub channels: Vec<(f32, i32)>,
+    /// Significant bits (BW_AXIS_SCALE_OFFSET, e.g. 4 in an 8-bit container); 0 = the container's.
+    pub bitwidth: u32,
     /// STATIC data (little-endian, dense).
     pub data: Option<Vec<u8>>,
 }
@@ -62,7 +64,9 @@ impl MParam {
     pub fn as_u32(&self) -> Option<u32> {
         match *self {
             MParam::Scalar { dtype: QNN_DATATYPE_UINT_32 | QNN_DATATYPE_INT_32, bits } => Some(bits as u32),
-            MParam::Scalar { dtype: QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 | QNN_DATATYPE_INT_8, bits } => Some(bits as u8 as u32),
+            MParam::Scalar { dtype: QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 | QNN_DATATYPE_INT_8, bits } => {
+                Some(bits as u8 as u32)
+            }
             _ => None,
         }
     }
@@ -100,11 +104,20 @@ impl MNode {
 /// Bytes per element for the dtypes the mock supports; `None` = unsupported.
 pub fn dtype_size(dtype: u32) -> Option<usize> {
     Some(match dtype {
-        QNN_DATATYPE_INT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_UFIXED_POINT_8
+        QNN_DATATYPE_INT_8
+        | QNN_DATATYPE_UINT_8
+        | QNN_DATATYPE_SFIXED_POINT_8
+        | QNN_DATATYPE_UFIXED_POINT_8
         | QNN_DATATYPE_BOOL_8 => 1,
-        QNN_DATATYPE_INT_16 | QNN_DATATYPE_UINT_16 | QNN_DATATYPE_FLOAT_16 | QNN_DATATYPE_SFIXED_POINT_16
+        QNN_DATATYPE_INT_16
+        | QNN_DATATYPE_UINT_16
+        | QNN_DATATYPE_FLOAT_16
+        | QNN_DATATYPE_SFIXED_POINT_16
         | QNN_DATATYPE_UFIXED_POINT_16 => 2,
-        QNN_DATATYPE_INT_32 | QNN_DATATYPE_UINT_32 | QNN_DATATYPE_FLOAT_32 | QNN_DATATYPE_SFIXED_POINT_32
+        QNN_DATATYPE_INT_32
+        | QNN_DATATYPE_UINT_32
+        | QNN_DATATYPE_FLOAT_32
+        | QNN_DATATYPE_SFIXED_POINT_32
         | QNN_DATATYPE_UFIXED_POINT_32 => 4,
         QNN_DATATYPE_INT_64 | QNN_DATATYPE_UINT_64 | QNN_DATATYPE_FLOAT_64 => 8,
         _ => return None,
@@ -158,6 +171,7 @@ pub unsafe fn read_tensor(t: *const Qnn_Tensor_t) -> Result<(MTensor, u32, Qnn_T
     let defined = qp.encodingDefinition == QNN_DEFINITION_DEFINED;
     let mut channels = Vec::new();
     let mut axis = 0;
+    let mut bitwidth = 0;
     let (scale, offset) = if defined && qp.quantizationEncoding == QNN_QUANTIZATION_ENCODING_SCALE_OFFSET {
         // SAFETY: the encoding says the scale/offset member is active.
         let so = unsafe { qp.u.scaleOffsetEncoding };
@@ -165,13 +179,42 @@ pub unsafe fn read_tensor(t: *const Qnn_Tensor_t) -> Result<(MTensor, u32, Qnn_T
     } else if defined && qp.quantizationEncoding == QNN_QUANTIZATION_ENCODING_AXIS_SCALE_OFFSET {
         // SAFETY: the encoding says the axis member is active.
         let a = unsafe { qp.u.axisScaleOffsetEncoding };
-        if a.axis < 0 || a.axis as usize >= dims.len() || a.numScaleOffsets != dims[a.axis as usize] || a.scaleOffset.is_null() {
-            return Err(format!("tensor {name:?}: axis quantization (axis {}, {} entries) does not fit dims {dims:?}", a.axis, a.numScaleOffsets));
+        if a.axis < 0
+            || a.axis as usize >= dims.len()
+            || a.numScaleOffsets != dims[a.axis as usize]
+            || a.scaleOffset.is_null()
+        {
+            return Err(format!(
+                "tensor {name:?}: axis quantization (axis {}, {} entries) does not fit dims {dims:?}",
+                a.axis, a.numScaleOffsets
+            ));
         }
         // SAFETY: scaleOffset holds numScaleOffsets entries.
         let so = unsafe { std::slice::from_raw_parts(a.scaleOffset, a.numScaleOffsets as usize) };
         channels = so.iter().map(|x| (x.scale, x.offset)).collect();
         axis = a.axis;
+        (1.0, 0)
+    } else if defined && qp.quantizationEncoding == QNN_QUANTIZATION_ENCODING_BW_AXIS_SCALE_OFFSET {
+        // SAFETY: the encoding says the bw-axis member is active.
+        let a = unsafe { qp.u.bwAxisScaleOffsetEncoding };
+        let container = dtype_size(v.dataType).unwrap_or(0) as u32 * 8;
+        if !is_fixed_point(v.dataType) || a.bitwidth == 0 || a.bitwidth > container {
+            return Err(format!("tensor {name:?}: bit width {} invalid for dtype 0x{:04x}", a.bitwidth, v.dataType));
+        }
+        if a.axis < 0 || a.axis as usize >= dims.len() || a.numElements != dims[a.axis as usize] || a.scales.is_null() {
+            return Err(format!(
+                "tensor {name:?}: bw-axis quantization (axis {}, {} entries) does not fit dims {dims:?}",
+                a.axis, a.numElements
+            ));
+        }
+        let n = a.numElements as usize;
+        // SAFETY: scales holds numElements entries; offsets is null or holds as many.
+        let scales = unsafe { std::slice::from_raw_parts(a.scales, n) };
+        let offsets: Vec<i32> =
+            if a.offsets.is_null() { vec![0; n] } else { unsafe { std::slice::from_raw_parts(a.offsets, n) }.to_vec() };
+        channels = scales.iter().copied().zip(offsets).collect();
+        axis = a.axis;
+        bitwidth = a.bitwidth;
         (1.0, 0)
     } else if is_fixed_point(v.dataType) {
         return Err(format!("quantized tensor {name:?} lacks a DEFINED SCALE_OFFSET/AXIS_SCALE_OFFSET encoding"));
@@ -179,18 +222,30 @@ pub unsafe fn read_tensor(t: *const Qnn_Tensor_t) -> Result<(MTensor, u32, Qnn_T
         (1.0, 0)
     };
     Ok((
-        MTensor { id: v.id, name, ttype: v.type_, dtype: v.dataType, scale, offset, dims, axis, channels, data: None },
+        MTensor {
+            id: v.id,
+            name,
+            ttype: v.type_,
+            dtype: v.dataType,
+            scale,
+            offset,
+            dims,
+            axis,
+            channels,
+            bitwidth,
+            data: None,
+        },
         v.memType,
         v.mem,
     ))
 }
 
 // ------------------------------------------------------------------ binary format
-// "QMCKCTX1", u32 format, u32 graph count, then per graph: name, tensors, nodes.
+// "QMCKCTX1", u32 format (2: tensors carry a bit width), u32 graph count, then per graph: name, tensors, nodes.
 // Integers little-endian; strings/blobs as u32/u64 length + bytes.
 
 pub const MAGIC: &[u8; 8] = b"QMCKCTX1";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 pub struct SerialGraph<'a> {
     pub name: &'a str,
@@ -240,6 +295,7 @@ pub fn serialize(graphs: &[SerialGraph<'_>]) -> Vec<u8> {
             w.u32(t.offset as u32);
             w.u32s(&t.dims);
             w.u32(t.axis as u32);
+            w.u32(t.bitwidth);
             w.u32(t.channels.len() as u32);
             for &(sc, off) in &t.channels {
                 w.u32(sc.to_bits());
@@ -352,6 +408,7 @@ pub fn deserialize(b: &[u8]) -> Result<Vec<ParsedGraph>, ParseError> {
             let offset = r.u32()? as i32;
             let dims = r.u32s()?;
             let axis = r.u32()? as i32;
+            let bitwidth = r.u32()?;
             let nch = r.u32()? as usize;
             if nch > b.len() {
                 return Err(ParseError::Corrupt("channel count"));
@@ -361,7 +418,19 @@ pub fn deserialize(b: &[u8]) -> Result<Vec<ParsedGraph>, ParseError> {
                 channels.push((f32::from_bits(r.u32()?), r.u32()? as i32));
             }
             let data = if r.u32()? == 1 { Some(r.bytes()?) } else { None };
-            tensors.push(MTensor { id, name: tname, ttype, dtype, scale, offset, dims, axis, channels, data });
+            tensors.push(MTensor {
+                id,
+                name: tname,
+                ttype,
+                dtype,
+                scale,
+                offset,
+                dims,
+                axis,
+                channels,
+                bitwidth,
+                data,
+            });
         }
         let nn = r.u32()?;
         let mut nodes = Vec::new();

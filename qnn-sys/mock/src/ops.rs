@@ -4,6 +4,7 @@
 
 use crate::ffi::*;
 use crate::model::{is_fixed_point, MNode, MTensor};
+use crate::validate::numel;
 
 pub const SUPPORTED_OPS: &[&str] = &[
     "FullyConnected",
@@ -17,6 +18,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ElementWiseExp",
     "ElementWiseNeg",
     "ElementWiseRsqrt",
+    "Sigmoid",
     "RmsNorm",
     "Softmax",
     "Reshape",
@@ -93,6 +95,16 @@ fn int_range(dtype: u32) -> Option<(f32, f32)> {
     })
 }
 
+/// Integer range of `t`'s stored values: the dtype's, narrowed by a BW_* bit width.
+pub fn value_range(t: &MTensor) -> Option<(f32, f32)> {
+    let (lo, hi) = int_range(t.dtype)?;
+    if t.bitwidth == 0 || t.bitwidth >= 32 {
+        return Some((lo, hi));
+    }
+    let span = (1u64 << t.bitwidth) as f32;
+    Some(if lo < 0.0 { (-span / 2.0, span / 2.0 - 1.0) } else { (0.0, span - 1.0) })
+}
+
 /// Decodes raw little-endian bytes of `t`'s dtype into f32 (dequantizing fixed point).
 pub fn decode(t: &MTensor, bytes: &[u8]) -> Result<Vec<f32>, String> {
     let n = t.numel();
@@ -101,15 +113,21 @@ pub fn decode(t: &MTensor, bytes: &[u8]) -> Result<Vec<f32>, String> {
         QNN_DATATYPE_FLOAT_32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
         QNN_DATATYPE_FLOAT_16 => bytes.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
         QNN_DATATYPE_SFIXED_POINT_8 | QNN_DATATYPE_INT_8 => bytes.iter().map(|&b| b as i8 as f32).collect(),
-        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => bytes.iter().map(|&b| b as f32).collect(),
+        QNN_DATATYPE_UFIXED_POINT_8 | QNN_DATATYPE_UINT_8 | QNN_DATATYPE_BOOL_8 => {
+            bytes.iter().map(|&b| b as f32).collect()
+        }
         QNN_DATATYPE_SFIXED_POINT_16 | QNN_DATATYPE_INT_16 => {
             bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32).collect()
         }
         QNN_DATATYPE_UFIXED_POINT_16 | QNN_DATATYPE_UINT_16 => {
             bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as f32).collect()
         }
-        QNN_DATATYPE_INT_32 => bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
-        QNN_DATATYPE_UINT_32 => bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect(),
+        QNN_DATATYPE_INT_32 => {
+            bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect()
+        }
+        QNN_DATATYPE_UINT_32 => {
+            bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32).collect()
+        }
         other => return Err(format!("tensor {:?}: dtype 0x{other:04x} not supported by the mock", t.name)),
     };
     if raw.len() != n {
@@ -132,7 +150,7 @@ pub fn decode(t: &MTensor, bytes: &[u8]) -> Result<Vec<f32>, String> {
 /// Encodes f32 values into `t`'s dtype (quantizing: `q = round(v / scale) - offset`, clamped).
 pub fn encode(t: &MTensor, vals: &[f32]) -> Result<Vec<u8>, String> {
     let fixed = is_fixed_point(t.dtype);
-    let (lo, hi) = int_range(t.dtype).unwrap_or((f32::MIN, f32::MAX));
+    let (lo, hi) = value_range(t).unwrap_or((f32::MIN, f32::MAX));
     let quant = |i: usize, v: f32| -> f32 {
         let q = if fixed {
             let (scale, offset) = t.quant_for(i);
@@ -156,178 +174,6 @@ pub fn encode(t: &MTensor, vals: &[f32]) -> Result<Vec<u8>, String> {
     })
 }
 
-// ------------------------------------------------------------------ shapes
-
-fn numel(d: &[u32]) -> usize {
-    d.iter().map(|&x| x as usize).product()
-}
-
-fn broadcast(a: &[u32], b: &[u32]) -> Result<Vec<u32>, String> {
-    let r = a.len().max(b.len());
-    let mut out = vec![0; r];
-    for i in 0..r {
-        let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-        let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
-        out[i] = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return Err(format!("shapes {a:?} and {b:?} do not broadcast"));
-        };
-    }
-    Ok(out)
-}
-
-/// Float vs fixed-point family: ops may mix dtypes within a family, never across.
-fn family(dtype: u32) -> u8 {
-    if dtype == QNN_DATATYPE_FLOAT_32 || dtype == QNN_DATATYPE_FLOAT_16 {
-        if dtype == QNN_DATATYPE_FLOAT_32 {
-            0
-        } else {
-            1
-        }
-    } else if is_fixed_point(dtype) {
-        2
-    } else {
-        3
-    }
-}
-
-/// Checks input/output counts, dtypes and computes expected output dims.
-/// Returns a message for GRAPH_ERROR_INVALID_OP_CONFIG on mismatch.
-pub fn validate(node: &MNode, ins: &[&MTensor], outs: &[&MTensor]) -> Result<(), String> {
-    let op = node.op.as_str();
-    let n_in = ins.len();
-    let arity_ok = match op {
-        "FullyConnected" => n_in == 2 || n_in == 3,
-        "MatMul" | "ElementWiseAdd" | "ElementWiseMultiply" | "ElementWiseSubtract" | "ElementWiseDivide" => n_in == 2,
-        "RmsNorm" => n_in == 2 || n_in == 3,
-        "Concat" => n_in >= 1,
-        _ => n_in == 1,
-    };
-    if !arity_ok || outs.len() != 1 {
-        return Err(format!("{op} {:?}: wrong number of inputs/outputs ({n_in}/{})", node.name, outs.len()));
-    }
-    let out = outs[0];
-    let x = ins[0];
-    // Activations (input 0 and every input of element-wise/concat) share the output's family;
-    // weights (FC/MatMul input 1) may be fixed-point under float activations, as on HTP.
-    let activation_inputs: &[&MTensor] = match op {
-        "FullyConnected" | "MatMul" | "RmsNorm" => &ins[..1],
-        _ => ins,
-    };
-    for t in activation_inputs {
-        if family(t.dtype) != family(out.dtype) {
-            return Err(format!(
-                "{op} {:?}: input {:?} dtype 0x{:04x} does not match output {:?} dtype 0x{:04x}",
-                node.name, t.name, t.dtype, out.name, out.dtype
-            ));
-        }
-    }
-    let expected: Vec<u32> = match op {
-        "FullyConnected" => {
-            let w = ins[1];
-            let k = *x.dims.last().unwrap_or(&0);
-            if w.dims.len() != 2 || w.dims[1] != k {
-                return Err(format!("FullyConnected {:?}: weight {:?} is not [N, {k}]", node.name, w.dims));
-            }
-            let n = w.dims[0];
-            if let Some(b) = ins.get(2) {
-                if numel(&b.dims) != n as usize {
-                    return Err(format!("FullyConnected {:?}: bias {:?} is not [{n}]", node.name, b.dims));
-                }
-            }
-            if node.param("keep_dims").and_then(|p| p.as_bool()).unwrap_or(false) {
-                let mut d = x.dims.clone();
-                if let Some(l) = d.last_mut() {
-                    *l = n;
-                }
-                d
-            } else {
-                vec![(numel(&x.dims) / k.max(1) as usize) as u32, n]
-            }
-        }
-        "MatMul" => {
-            let (a, b) = (&ins[0].dims, &ins[1].dims);
-            if a.len() < 2 || b.len() < 2 {
-                return Err(format!("MatMul {:?}: inputs must have rank >= 2", node.name));
-            }
-            let ta = node.param("transpose_in0").and_then(|p| p.as_bool()).unwrap_or(false);
-            let tb = node.param("transpose_in1").and_then(|p| p.as_bool()).unwrap_or(false);
-            let (m, ka) = if ta { (a[a.len() - 1], a[a.len() - 2]) } else { (a[a.len() - 2], a[a.len() - 1]) };
-            let (kb, n) = if tb { (b[b.len() - 1], b[b.len() - 2]) } else { (b[b.len() - 2], b[b.len() - 1]) };
-            if ka != kb {
-                return Err(format!("MatMul {:?}: inner dims {ka} != {kb}", node.name));
-            }
-            let mut d = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])?;
-            d.extend([m, n]);
-            d
-        }
-        "ElementWiseAdd" | "ElementWiseMultiply" | "ElementWiseSubtract" | "ElementWiseDivide" => {
-            broadcast(&ins[0].dims, &ins[1].dims).map_err(|e| format!("{op} {:?}: {e}", node.name))?
-        }
-        "RmsNorm" => {
-            let d = *x.dims.last().unwrap_or(&0);
-            for t in &ins[1..] {
-                if numel(&t.dims) != d as usize {
-                    return Err(format!("RmsNorm {:?}: gamma/beta {:?} is not [{d}]", node.name, t.dims));
-                }
-            }
-            if let Some(axes) = node.param("axes").and_then(|p| p.as_u32_vec()) {
-                if axes != [x.dims.len() as u32 - 1] {
-                    return Err(format!("RmsNorm {:?}: mock supports only the last axis, got {axes:?}", node.name));
-                }
-            }
-            x.dims.clone()
-        }
-        "Softmax" => {
-            let axis = node.param("axis").and_then(|p| p.as_u32()).unwrap_or(x.dims.len() as u32 - 1);
-            if axis as usize >= x.dims.len() {
-                return Err(format!("Softmax {:?}: axis {axis} out of range", node.name));
-            }
-            x.dims.clone()
-        }
-        "Reshape" => {
-            if numel(&x.dims) != numel(&out.dims) {
-                return Err(format!("Reshape {:?}: {:?} -> {:?} changes the element count", node.name, x.dims, out.dims));
-            }
-            out.dims.clone()
-        }
-        "Transpose" => {
-            let perm = node
-                .param("perm")
-                .and_then(|p| p.as_u32_vec())
-                .ok_or_else(|| format!("Transpose {:?}: missing tensor param `perm`", node.name))?;
-            let mut seen = vec![false; x.dims.len()];
-            if perm.len() != x.dims.len() || perm.iter().any(|&p| (p as usize) >= seen.len() || std::mem::replace(&mut seen[p as usize], true)) {
-                return Err(format!("Transpose {:?}: perm {perm:?} is not a permutation of rank {}", node.name, x.dims.len()));
-            }
-            perm.iter().map(|&p| x.dims[p as usize]).collect()
-        }
-        "Concat" => {
-            let axis = node.param("axis").and_then(|p| p.as_u32()).unwrap_or(x.dims.len() as u32 - 1) as usize;
-            if axis >= x.dims.len() {
-                return Err(format!("Concat {:?}: axis {axis} out of range", node.name));
-            }
-            let mut d = x.dims.clone();
-            d[axis] = 0;
-            for t in ins {
-                if t.dims.len() != x.dims.len() || t.dims.iter().enumerate().any(|(i, &v)| i != axis && v != x.dims[i]) {
-                    return Err(format!("Concat {:?}: input {:?} {:?} incompatible with {:?}", node.name, t.name, t.dims, x.dims));
-                }
-                d[axis] += t.dims[axis];
-            }
-            d
-        }
-        _ => x.dims.clone(), // unary element-wise
-    };
-    if expected != out.dims {
-        return Err(format!("{op} {:?}: output {:?} has dims {:?}, expected {:?}", node.name, out.name, out.dims, expected));
-    }
-    Ok(())
-}
-
 // ------------------------------------------------------------------ execution
 
 fn strides(d: &[u32]) -> Vec<usize> {
@@ -338,11 +184,36 @@ fn strides(d: &[u32]) -> Vec<usize> {
     s
 }
 
-/// Index into a tensor of dims `src` for an output multi-index under numpy broadcasting.
-fn broadcast_index(out_idx: &[usize], src: &[u32]) -> usize {
-    let off = out_idx.len() - src.len();
+/// Strides of `src` read through numpy broadcasting into an output of dims `out` (0 on broadcast axes).
+fn broadcast_strides(src: &[u32], out: &[u32]) -> Vec<usize> {
+    let off = out.len() - src.len();
     let st = strides(src);
-    src.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { out_idx[i + off] * st[i] }).sum()
+    (0..out.len()).map(|i| if i < off || src[i - off] == 1 { 0 } else { st[i - off] }).collect()
+}
+
+/// Visits every multi-index of `dims` in row-major order, passing the offset into each of the
+/// strided sources (no allocation per element).
+fn for_each_offset<const N: usize>(dims: &[u32], src_strides: [&[usize]; N], mut f: impl FnMut([usize; N])) {
+    let total = numel(dims);
+    let mut idx = vec![0usize; dims.len()];
+    let mut off = [0usize; N];
+    for _ in 0..total {
+        f(off);
+        // Odometer increment, updating each source offset incrementally.
+        for ax in (0..dims.len()).rev() {
+            idx[ax] += 1;
+            for (o, st) in off.iter_mut().zip(&src_strides) {
+                *o += st[ax];
+            }
+            if idx[ax] < dims[ax] as usize {
+                break;
+            }
+            for (o, st) in off.iter_mut().zip(&src_strides) {
+                *o -= st[ax] * idx[ax];
+            }
+            idx[ax] = 0;
+        }
+    }
 }
 
 fn unravel(mut flat: usize, dims: &[u32]) -> Vec<usize> {
@@ -352,6 +223,13 @@ fn unravel(mut flat: usize, dims: &[u32]) -> Vec<usize> {
         flat /= dims[i] as usize;
     }
     idx
+}
+
+/// Index into a tensor of dims `src` for an output multi-index under numpy broadcasting.
+fn broadcast_index(out_idx: &[usize], src: &[u32]) -> usize {
+    let off = out_idx.len() - src.len();
+    let st = strides(src);
+    src.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { out_idx[i + off] * st[i] }).sum()
 }
 
 /// Runs one validated node on f32 inputs, returning the f32 output.
@@ -412,18 +290,17 @@ pub fn run(node: &MNode, ins: &[(&MTensor, &[f32])], out: &MTensor) -> Vec<f32> 
                 "ElementWiseSubtract" => |a, b| a - b,
                 _ => |a, b| a / b,
             };
-            (0..numel(&out.dims))
-                .map(|i| {
-                    let idx = unravel(i, &out.dims);
-                    f(xv[broadcast_index(&idx, &x.dims)], bv[broadcast_index(&idx, &b.dims)])
-                })
-                .collect()
+            let (sa, sb) = (broadcast_strides(&x.dims, &out.dims), broadcast_strides(&b.dims, &out.dims));
+            let mut y = Vec::with_capacity(numel(&out.dims));
+            for_each_offset(&out.dims, [&sa, &sb], |[ia, ib]| y.push(f(xv[ia], bv[ib])));
+            y
         }
         "ElementWiseSin" => xv.iter().map(|v| v.sin()).collect(),
         "ElementWiseCos" => xv.iter().map(|v| v.cos()).collect(),
         "ElementWiseExp" => xv.iter().map(|v| v.exp()).collect(),
         "ElementWiseNeg" => xv.iter().map(|v| -v).collect(),
         "ElementWiseRsqrt" => xv.iter().map(|v| 1.0 / v.sqrt()).collect(),
+        "Sigmoid" => xv.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect(),
         "RmsNorm" => {
             let eps = node.param("epsilon").and_then(|p| p.as_f32()).unwrap_or(1e-6);
             let d = *x.dims.last().unwrap_or(&1) as usize;
@@ -462,12 +339,11 @@ pub fn run(node: &MNode, ins: &[(&MTensor, &[f32])], out: &MTensor) -> Vec<f32> 
         "Transpose" => {
             let perm = node.param("perm").and_then(|p| p.as_u32_vec()).unwrap_or_default();
             let st = strides(&x.dims);
-            (0..xv.len())
-                .map(|i| {
-                    let oi = unravel(i, &out.dims);
-                    xv[oi.iter().enumerate().map(|(k, &v)| v * st[perm[k] as usize]).sum::<usize>()]
-                })
-                .collect()
+            // Output axis k walks input axis perm[k].
+            let src: Vec<usize> = perm.iter().map(|&p| st[p as usize]).collect();
+            let mut y = Vec::with_capacity(xv.len());
+            for_each_offset(&out.dims, [&src], |[i]| y.push(xv[i]));
+            y
         }
         "Concat" => {
             let axis = node.param("axis").and_then(|p| p.as_u32()).unwrap_or(x.dims.len() as u32 - 1) as usize;

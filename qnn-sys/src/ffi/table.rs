@@ -43,7 +43,13 @@ pub const QNN_INTERFACE_SLOT_COUNT: usize = 71;
 pub type PropertyHasCapabilityFn_t = Option<unsafe extern "C" fn(key: u32) -> Qnn_ErrorHandle_t>;
 
 /// `backendCreate` signature.
-pub type BackendCreateFn_t = Option<unsafe extern "C" fn(log: Qnn_LogHandle_t, config: *const *const Qnn_Config_t, backend: *mut Qnn_BackendHandle_t) -> Qnn_ErrorHandle_t>;
+pub type BackendCreateFn_t = Option<
+    unsafe extern "C" fn(
+        log: Qnn_LogHandle_t,
+        config: *const *const Qnn_Config_t,
+        backend: *mut Qnn_BackendHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `backendGetApiVersion` signature.
 pub type BackendGetApiVersionFn_t = Option<unsafe extern "C" fn(version: *mut Qnn_ApiVersion_t) -> Qnn_ErrorHandle_t>;
@@ -52,46 +58,106 @@ pub type BackendGetApiVersionFn_t = Option<unsafe extern "C" fn(version: *mut Qn
 pub type BackendGetBuildIdFn_t = Option<unsafe extern "C" fn(id: *mut *const c_char) -> Qnn_ErrorHandle_t>;
 
 /// `backendValidateOpConfig` signature.
-pub type BackendValidateOpConfigFn_t = Option<unsafe extern "C" fn(backend: Qnn_BackendHandle_t, op: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t>;
+pub type BackendValidateOpConfigFn_t =
+    Option<unsafe extern "C" fn(backend: Qnn_BackendHandle_t, op: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t>;
 
 /// `backendFree` signature.
 pub type BackendFreeFn_t = Option<unsafe extern "C" fn(backend: Qnn_BackendHandle_t) -> Qnn_ErrorHandle_t>;
 
 /// `contextCreate` signature.
-pub type ContextCreateFn_t = Option<unsafe extern "C" fn(backend: Qnn_BackendHandle_t, device: Qnn_DeviceHandle_t, config: *const *const Qnn_Config_t, context: *mut Qnn_ContextHandle_t) -> Qnn_ErrorHandle_t>;
+pub type ContextCreateFn_t = Option<
+    unsafe extern "C" fn(
+        backend: Qnn_BackendHandle_t,
+        device: Qnn_DeviceHandle_t,
+        config: *const *const Qnn_Config_t,
+        context: *mut Qnn_ContextHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `contextGetBinarySize` signature.
-pub type ContextGetBinarySizeFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, size: *mut u64) -> Qnn_ErrorHandle_t>;
+pub type ContextGetBinarySizeFn_t =
+    Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, size: *mut u64) -> Qnn_ErrorHandle_t>;
 
 /// `contextGetBinary` signature.
-pub type ContextGetBinaryFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, buffer: *mut c_void, size: u64, written: *mut u64) -> Qnn_ErrorHandle_t>;
+pub type ContextGetBinaryFn_t = Option<
+    unsafe extern "C" fn(
+        context: Qnn_ContextHandle_t,
+        buffer: *mut c_void,
+        size: u64,
+        written: *mut u64,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `contextCreateFromBinary` signature.
-pub type ContextCreateFromBinaryFn_t = Option<unsafe extern "C" fn(backend: Qnn_BackendHandle_t, device: Qnn_DeviceHandle_t, config: *const *const Qnn_Config_t, buffer: *const c_void, size: u64, context: *mut Qnn_ContextHandle_t, profile: Qnn_ProfileHandle_t) -> Qnn_ErrorHandle_t>;
+pub type ContextCreateFromBinaryFn_t = Option<
+    unsafe extern "C" fn(
+        backend: Qnn_BackendHandle_t,
+        device: Qnn_DeviceHandle_t,
+        config: *const *const Qnn_Config_t,
+        buffer: *const c_void,
+        size: u64,
+        context: *mut Qnn_ContextHandle_t,
+        profile: Qnn_ProfileHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `contextFree` signature.
-pub type ContextFreeFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, profile: Qnn_ProfileHandle_t) -> Qnn_ErrorHandle_t>;
+pub type ContextFreeFn_t =
+    Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, profile: Qnn_ProfileHandle_t) -> Qnn_ErrorHandle_t>;
 
 /// `graphCreate` signature.
-pub type GraphCreateFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, name: *const c_char, config: *const *const Qnn_Config_t, graph: *mut Qnn_GraphHandle_t) -> Qnn_ErrorHandle_t>;
+pub type GraphCreateFn_t = Option<
+    unsafe extern "C" fn(
+        context: Qnn_ContextHandle_t,
+        name: *const c_char,
+        config: *const *const Qnn_Config_t,
+        graph: *mut Qnn_GraphHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `graphAddNode` signature.
-pub type GraphAddNodeFn_t = Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, op: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t>;
+pub type GraphAddNodeFn_t =
+    Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, op: Qnn_OpConfig_t) -> Qnn_ErrorHandle_t>;
 
 /// `graphFinalize` signature.
-pub type GraphFinalizeFn_t = Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, profile: Qnn_ProfileHandle_t, signal: Qnn_SignalHandle_t) -> Qnn_ErrorHandle_t>;
+pub type GraphFinalizeFn_t = Option<
+    unsafe extern "C" fn(
+        graph: Qnn_GraphHandle_t,
+        profile: Qnn_ProfileHandle_t,
+        signal: Qnn_SignalHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `graphRetrieve` signature.
-pub type GraphRetrieveFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, name: *const c_char, graph: *mut Qnn_GraphHandle_t) -> Qnn_ErrorHandle_t>;
+pub type GraphRetrieveFn_t = Option<
+    unsafe extern "C" fn(
+        context: Qnn_ContextHandle_t,
+        name: *const c_char,
+        graph: *mut Qnn_GraphHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `graphExecute` signature.
-pub type GraphExecuteFn_t = Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, inputs: *const Qnn_Tensor_t, num_inputs: u32, outputs: *mut Qnn_Tensor_t, num_outputs: u32, profile: Qnn_ProfileHandle_t, signal: Qnn_SignalHandle_t) -> Qnn_ErrorHandle_t>;
+pub type GraphExecuteFn_t = Option<
+    unsafe extern "C" fn(
+        graph: Qnn_GraphHandle_t,
+        inputs: *const Qnn_Tensor_t,
+        num_inputs: u32,
+        outputs: *mut Qnn_Tensor_t,
+        num_outputs: u32,
+        profile: Qnn_ProfileHandle_t,
+        signal: Qnn_SignalHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `tensorCreateGraphTensor` signature.
-pub type TensorCreateGraphTensorFn_t = Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, tensor: *mut Qnn_Tensor_t) -> Qnn_ErrorHandle_t>;
+pub type TensorCreateGraphTensorFn_t =
+    Option<unsafe extern "C" fn(graph: Qnn_GraphHandle_t, tensor: *mut Qnn_Tensor_t) -> Qnn_ErrorHandle_t>;
 
 /// `logCreate` signature.
-pub type LogCreateFn_t = Option<unsafe extern "C" fn(callback: QnnLog_Callback_t, level: u32, log: *mut Qnn_LogHandle_t) -> Qnn_ErrorHandle_t>;
+pub type LogCreateFn_t = Option<
+    unsafe extern "C" fn(callback: QnnLog_Callback_t, level: u32, log: *mut Qnn_LogHandle_t) -> Qnn_ErrorHandle_t,
+>;
 
 /// `logSetLogLevel` signature.
 pub type LogSetLogLevelFn_t = Option<unsafe extern "C" fn(log: Qnn_LogHandle_t, level: u32) -> Qnn_ErrorHandle_t>;
@@ -100,22 +166,38 @@ pub type LogSetLogLevelFn_t = Option<unsafe extern "C" fn(log: Qnn_LogHandle_t, 
 pub type LogFreeFn_t = Option<unsafe extern "C" fn(log: Qnn_LogHandle_t) -> Qnn_ErrorHandle_t>;
 
 /// `memRegister` signature.
-pub type MemRegisterFn_t = Option<unsafe extern "C" fn(context: Qnn_ContextHandle_t, descriptors: *const Qnn_MemDescriptor_t, count: u32, handles: *mut Qnn_MemHandle_t) -> Qnn_ErrorHandle_t>;
+pub type MemRegisterFn_t = Option<
+    unsafe extern "C" fn(
+        context: Qnn_ContextHandle_t,
+        descriptors: *const Qnn_MemDescriptor_t,
+        count: u32,
+        handles: *mut Qnn_MemHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `memDeRegister` signature.
-pub type MemDeRegisterFn_t = Option<unsafe extern "C" fn(handles: *const Qnn_MemHandle_t, count: u32) -> Qnn_ErrorHandle_t>;
+pub type MemDeRegisterFn_t =
+    Option<unsafe extern "C" fn(handles: *const Qnn_MemHandle_t, count: u32) -> Qnn_ErrorHandle_t>;
 
 /// `deviceGetInfrastructure` signature.
-pub type DeviceGetInfrastructureFn_t = Option<unsafe extern "C" fn(infra: *mut *const QnnHtpDevice_Infrastructure_t) -> Qnn_ErrorHandle_t>;
+pub type DeviceGetInfrastructureFn_t =
+    Option<unsafe extern "C" fn(infra: *mut *const QnnHtpDevice_Infrastructure_t) -> Qnn_ErrorHandle_t>;
 
 /// `deviceCreate` signature.
-pub type DeviceCreateFn_t = Option<unsafe extern "C" fn(log: Qnn_LogHandle_t, config: *const *const Qnn_Config_t, device: *mut Qnn_DeviceHandle_t) -> Qnn_ErrorHandle_t>;
+pub type DeviceCreateFn_t = Option<
+    unsafe extern "C" fn(
+        log: Qnn_LogHandle_t,
+        config: *const *const Qnn_Config_t,
+        device: *mut Qnn_DeviceHandle_t,
+    ) -> Qnn_ErrorHandle_t,
+>;
 
 /// `deviceFree` signature.
 pub type DeviceFreeFn_t = Option<unsafe extern "C" fn(device: Qnn_DeviceHandle_t) -> Qnn_ErrorHandle_t>;
 
 /// `errorGetMessage` signature.
-pub type ErrorGetMessageFn_t = Option<unsafe extern "C" fn(error: Qnn_ErrorHandle_t, message: *mut *const c_char) -> Qnn_ErrorHandle_t>;
+pub type ErrorGetMessageFn_t =
+    Option<unsafe extern "C" fn(error: Qnn_ErrorHandle_t, message: *mut *const c_char) -> Qnn_ErrorHandle_t>;
 
 /// The function table (`QNN_INTERFACE_VER_TYPE`), 71 × 8 B.
 #[repr(C)]
@@ -439,7 +521,8 @@ mod layout_checks {
     const _: () = assert!(offset_of!(QnnInterface_t, backendId) == 0);
     const _: () = assert!(offset_of!(QnnInterface_t, providerName) == 8);
     const _: () = assert!(offset_of!(QnnInterface_t, apiVersion) == 16);
-    const _: () = assert!(offset_of!(QnnInterface_t, apiVersion) + offset_of!(Qnn_ApiVersion_t, backendApiVersion) == 28);
+    const _: () =
+        assert!(offset_of!(QnnInterface_t, apiVersion) + offset_of!(Qnn_ApiVersion_t, backendApiVersion) == 28);
     const _: () = assert!(offset_of!(QnnInterface_t, functions) == 40);
     const _: () = assert!(size_of::<QnnInterface_t>() == 40 + 8 * QNN_INTERFACE_SLOT_COUNT);
 

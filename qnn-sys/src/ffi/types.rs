@@ -871,9 +871,8 @@ pub struct QnnHtpDevice_PerfInfrastructure_t {
     /// `destroyPowerConfigId(u32 id)`.
     pub destroyPowerConfigId: Option<unsafe extern "C" fn(u32) -> Qnn_ErrorHandle_t>,
     /// `setPowerConfig(u32 id, const PowerConfig** cfgs)`.
-    pub setPowerConfig: Option<
-        unsafe extern "C" fn(u32, *const *const QnnHtpPerfInfrastructure_PowerConfig_t) -> Qnn_ErrorHandle_t,
-    >,
+    pub setPowerConfig:
+        Option<unsafe extern "C" fn(u32, *const *const QnnHtpPerfInfrastructure_PowerConfig_t) -> Qnn_ErrorHandle_t>,
     /// `setMemoryConfig(u32 deviceId, u32 coreId, configs)`; config type not modelled.
     pub setMemoryConfig: Option<unsafe extern "C" fn(u32, u32, *const *const c_void) -> Qnn_ErrorHandle_t>,
 }

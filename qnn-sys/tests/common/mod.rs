@@ -20,9 +20,7 @@ fn build_mock() -> PathBuf {
     }
     let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let workspace = manifest_dir.parent().expect("qnn-sys sits inside the workspace");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace.join("target"));
     // A separate target dir: the outer `cargo test` may hold the main one's lock.
     let target_dir = target.join("qnn-mock-for-tests");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
