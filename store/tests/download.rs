@@ -205,9 +205,10 @@ async fn stalled_transfers_are_detected_and_resumed() {
         events.iter().any(|e| matches!(e, DownloadEvent::Retrying { file, reason, .. } if file == WEIGHTS && reason.starts_with("no data for"))),
         "{events:?}"
     );
+    // The retry resumes from what arrived (all 2 MiB unless the loaded machine stalled earlier).
     let reqs = server.requests(REPO, REV, WEIGHTS);
     assert!(reqs.len() >= 2);
-    assert_eq!(reqs[1].range_start, Some(2 << 20));
+    assert!(matches!(reqs[1].range_start, Some(n) if n > 0 && n <= 2 << 20), "{reqs:?}");
 
     // Every attempt stalls: a typed `Stalled` error.
     let dir2 = tempfile::tempdir().unwrap();
@@ -306,6 +307,17 @@ async fn cancel_keeps_the_partial_file_and_the_next_call_resumes() {
     assert!(kept >= seen && (kept as usize) < weights_len(), "kept {kept}");
     assert!(store.list_models().await.unwrap().is_empty());
     assert!(store.disk_usage().await.unwrap().partial_download_bytes >= kept);
+    // The partial download can also be thrown away, and is then fetched from zero.
+    let copy = std::fs::read(&part).unwrap();
+    assert!(store.discard_partial_download(REPO, REV).await.unwrap());
+    assert!(!part.exists());
+    assert!(!store.discard_partial_download(REPO, REV).await.unwrap());
+    // Put it back to test resuming (as if the discard had not happened).
+    std::fs::create_dir_all(part.parent().unwrap()).unwrap();
+    std::fs::write(&part, &copy).unwrap();
+    std::fs::write(part.with_extension("part.json"), serde_json::json!({
+        "url": format!("{}/{REPO}/resolve/{REV}/{WEIGHTS}", server.endpoint()), "etag": sha256_hex(&std::fs::read(tiny_llada().join(WEIGHTS)).unwrap()), "total": weights_len()
+    }).to_string()).unwrap();
 
     // A second call resumes where the first stopped.
     let (r, events) =
@@ -423,4 +435,6 @@ async fn missing_files_and_unsafe_names_give_clear_errors() {
     .await;
     assert!(matches!(r, Err(StoreError::UnsafeName { .. })), "{r:?}");
     assert!(server.requests(REPO, REV, "config.json").is_empty(), "no request for refused names");
+    // Failed downloads that got no file leave no staging folder behind.
+    assert!(!store.partial_download_dir("nobody/nothing", REV).unwrap().exists());
 }

@@ -549,3 +549,28 @@ fn data_dir_follows_the_environment_override() {
     }
     let _ = d;
 }
+
+/// The app runs these in async Tauri commands, which need `Send` futures and a shareable store.
+#[allow(dead_code)]
+fn public_futures_are_send(store: &Store, cancel: &unmask_store::CancellationToken) {
+    fn send<T: Send>(_: &T) {}
+    fn send_sync<T: Send + Sync + Clone + 'static>() {}
+    send_sync::<Store>();
+    let req = unmask_store::DownloadRequest::hf("a/b", "main");
+    let cfg = unmask_store::DownloadConfig::default();
+    send(&store.download_model(&req, &cfg, cancel, &mut |_| {}));
+    send(&store.import_model_with(Path::new("x"), &ImportOptions::default(), &mut |_| {}));
+    send(&store.start_run(NewRun {
+        model_id: None,
+        model_name: String::new(),
+        backend: String::new(),
+        prompt: String::new(),
+        settings: DecodeSettings::default(),
+    }));
+    send(&store.recent_runs(10, 0));
+    send(&store.compare_runs(1, 2));
+    fn recorder_is_send(r: unmask_store::RunRecorder) -> impl Send {
+        r
+    }
+    let _ = recorder_is_send;
+}

@@ -147,8 +147,10 @@ pub fn file_url(endpoint: &str, repo: &str, revision: &str, file: &str) -> Strin
     format!("{}/{repo}/resolve/{revision}/{file}", endpoint.trim_end_matches('/'))
 }
 
-/// Holds the per-repo download lock; removes the lock file on drop.
+/// Holds the per-repo download lock; removes the lock file on drop, and the staging folder too
+/// when nothing else is in it (a download that failed before its first byte leaves no trace).
 struct StagingLock {
+    dir: PathBuf,
     path: PathBuf,
     file: Option<File>,
 }
@@ -164,7 +166,7 @@ impl StagingLock {
             .open(&path)
             .map_err(|e| StoreError::io(&path, e))?;
         match file.try_lock() {
-            Ok(()) => Ok(StagingLock { path, file: Some(file) }),
+            Ok(()) => Ok(StagingLock { dir: dir.to_owned(), path, file: Some(file) }),
             Err(TryLockError::WouldBlock) => {
                 Err(StoreError::InvalidRequest(format!("another download into {} is running", dir.display())))
             }
@@ -174,6 +176,8 @@ impl StagingLock {
     fn release(&mut self) {
         if self.file.take().is_some() {
             let _ = std::fs::remove_file(&self.path);
+            // Fails (harmlessly) unless the folder is empty.
+            let _ = std::fs::remove_dir(&self.dir);
         }
     }
 }
@@ -210,8 +214,11 @@ impl Store {
         }
         let lock = StagingLock::take(&dir)?;
         drop(lock);
-        std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        Ok(true)
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+            Err(e) => Err(StoreError::io(&dir, e)),
+        }
     }
 
     /// Downloads a model and registers it. Progress goes to `on_event`; `cancel` stops it,
