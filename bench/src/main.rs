@@ -7,6 +7,7 @@ mod forward;
 mod npu;
 mod quality;
 mod kernels;
+mod store;
 mod synth;
 mod tasks;
 
@@ -22,6 +23,7 @@ const SUITES: &[(&str, &str)] = &[
     ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750 (issue 7)"),
     ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both (issue 6)"),
     ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes (issue 3)"),
+    ("store", "step-trace persistence: batched vs unbatched writes, recording overhead (issue 9)"),
 ];
 
 fn main() -> Result<()> {
@@ -48,6 +50,7 @@ fn main() -> Result<()> {
             "npu" => npu::run(quick)?,
             "ablation" => ablation::run(quick)?,
             "kernels" => kernels::run(quick)?,
+            "store" => store::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

@@ -6,7 +6,7 @@ use crate::backend::vnpu::profile::DeviceProfile;
 use super::{Lane, Timeline};
 
 /// Power of each lane, watts, and DRAM energy per byte.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct LanePower {
     /// NPU while busy.
     pub npu_active_w: f64,

@@ -10,7 +10,7 @@ pub use chrome::to_chrome_trace;
 pub use energy::{EnergyReport, LanePower};
 
 /// Where an event runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Lane {
     /// The NPU (matrix and vector units, one queue).
     Npu,
@@ -32,7 +32,7 @@ impl Lane {
 }
 
 /// One slice of work.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraceEvent {
     /// Lane it runs on.
     pub lane: Lane,
@@ -64,7 +64,7 @@ impl TraceEvent {
 }
 
 /// A sampled value (memory footprint, ...) at a simulated time.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CounterSample {
     /// Counter name ("npu_visible_bytes").
     pub name: String,
@@ -75,7 +75,7 @@ pub struct CounterSample {
 }
 
 /// All events of one simulated device.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Timeline {
     /// Device display name ("Snapdragon 8 Elite (SM8750)").
     pub device: String,
