@@ -83,7 +83,7 @@ def eval_tables(name, rust, torch_res, causal):
     if rust:
         t = rust["tasks"]
         cells = [f"{t[k]['accuracy']:.2f}" if k in t else "-" for k in TASKS]
-        out.append("Exact match on the held-out test split, **our Rust engine** (`bench/run quality`, 50 per task, "
+        out.append(f"Exact match on the held-out test split, **our Rust engine** (`bench/run quality`, {rust.get('examples_per_task', 50)} per task, "
                    + ("greedy, up to 16 tokens" if causal else "LLaDA reference decoding: gen_length 16, block 16, 16 steps, "
                       "temperature 0, low-confidence remasking") + "):\n")
         out.append("| " + " | ".join(TASKS + ["overall"]) + " |")

@@ -104,10 +104,15 @@ stage 2 was far too short. Continue it with the same code (e.g. the last command
 }
 
 
-def ar_run(st, rows, val):
-    return f"""{st['this_run_steps']} steps from the converted weights, {_fmt(_time(st, rows))} of wall time on one
+def run_text(start, losses):
+    def f(st, rows, val):
+        return f"""{st['this_run_steps']} steps from the {start} weights, {_fmt(_time(st, rows))} of wall time on one
 torch thread of the shared 2-core machine (load average 10-20 from the other engineers' builds).
-{_losses(rows, val, 'next-token losses')}"""
+{_losses(rows, val, losses)}"""
+    return f
+
+
+ar_run = run_text("converted", "next-token losses")
 
 
 AR_OBJECTIVE = """Next-token cross-entropy. Prose windows (128 tokens) and "pt" chat examples train every token;
@@ -161,7 +166,7 @@ helps acceptance).""",
 80 steps from the cut weights, seed 4, the AR twin's mixture, peak lr 1.5e-3 after 8 warmup steps.
 
 """ + OPTIM,
-    "run": ar_run,
+    "run": run_text("cut", "next-token losses"),
     "reproduce": """```sh
 python models/train/upcycle.py --to draft --keep-layers 2 --dense models/tiny-ar --out /work/ckpt/draft-init
 python models/train/train.py --arch llama --init-from /work/ckpt/draft-init --steps 80 --lr 1.5e-3 --warmup 8 \\
@@ -200,7 +205,7 @@ Switch-style `n_experts * sum_e(fraction of routed slots_e * mean router prob_e)
 peak lr 1e-3 after 4 warmup steps, cosine to 5 %, aux-loss weight 0.01.
 
 """ + OPTIM,
-    "run": ar_run,
+    "run": run_text("upcycled", "LLaDA-weighted losses"),
     "reproduce": """```sh
 python models/train/upcycle.py --dense models/tiny-llada --out /work/ckpt/moe-init
 python models/train/train.py --arch llada_moe --init-from /work/ckpt/moe-init --steps 30 --lr 1e-3 --warmup 4 \\
