@@ -5,6 +5,7 @@ mod ablation;
 mod decoding;
 mod forward;
 mod npu;
+mod prose;
 mod quality;
 mod kernels;
 mod store;

@@ -10,15 +10,28 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, DecodeSettings, StepFrame};
-use unmask_engine::model::TextTokenizer;
+use unmask_engine::model::{ChatMessage, ChatTemplate, TextTokenizer};
 
 /// One held-out example.
 #[derive(Debug, Clone, Deserialize)]
 pub struct TaskExample {
     pub task: String,
-    /// Chat-formatted prompt (template already applied).
+    /// Chat-formatted prompt (LLaDA template already applied).
     pub prompt: String,
     pub answer: String,
+    /// The user message alone, for rendering with another family's template.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl TaskExample {
+    /// The prompt in `template`'s format (the stored prompt for LLaDA's own template).
+    pub fn prompt_for(&self, template: &ChatTemplate) -> String {
+        match (&self.message, template) {
+            (Some(m), t) if *t != ChatTemplate::Llada => t.render(&[ChatMessage::user(m.clone())], true),
+            _ => self.prompt.clone(),
+        }
+    }
 }
 
 /// Path of the held-out test split.
@@ -61,14 +74,20 @@ impl EvalResult {
     /// Exact-match accuracy over all examples.
     pub fn accuracy(&self) -> f64 {
         let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
-        if n == 0 { 0.0 } else { ok as f64 / n as f64 }
+        if n == 0 {
+            0.0
+        } else {
+            ok as f64 / n as f64
+        }
     }
     /// JSON summary.
     pub fn to_json(&self) -> Value {
         let tasks: serde_json::Map<String, Value> = self
             .per_task
             .iter()
-            .map(|(k, (ok, n))| (k.clone(), json!({"correct": ok, "n": n, "accuracy": *ok as f64 / (*n).max(1) as f64})))
+            .map(|(k, (ok, n))| {
+                (k.clone(), json!({"correct": ok, "n": n, "accuracy": *ok as f64 / (*n).max(1) as f64}))
+            })
             .collect();
         json!({
             "accuracy": self.accuracy(), "tasks": tasks, "forwards": self.forwards, "steps": self.steps,
@@ -80,10 +99,23 @@ impl EvalResult {
     }
 }
 
-/// Decodes every example with `settings` and scores exact match of the trimmed answer.
+/// Decodes every example with `settings` and scores exact match of the trimmed answer
+/// (prompts in the LLaDA template; see [`evaluate_with`] for other families).
 pub fn evaluate(
     backend: &mut dyn Backend,
     tok: &TextTokenizer,
+    examples: &[TaskExample],
+    settings: &DecodeSettings,
+    stop_ids: &[u32],
+) -> Result<EvalResult> {
+    evaluate_with(backend, tok, &ChatTemplate::Llada, examples, settings, stop_ids)
+}
+
+/// As [`evaluate`], rendering each prompt with `template`.
+pub fn evaluate_with(
+    backend: &mut dyn Backend,
+    tok: &TextTokenizer,
+    template: &ChatTemplate,
     examples: &[TaskExample],
     settings: &DecodeSettings,
     stop_ids: &[u32],
@@ -96,7 +128,7 @@ pub fn evaluate(
     );
     for ex in examples {
         bar.inc(1);
-        let ids = tok.encode(&ex.prompt)?;
+        let ids = tok.encode(&ex.prompt_for(template))?;
         let out = generate(backend, &ids, settings, &cancel, |_: &StepFrame| ControlFlow::Continue(()))?;
         let answer_ids = trim_at_stop(&out.tokens, stop_ids);
         let text = tok.decode(answer_ids, true);

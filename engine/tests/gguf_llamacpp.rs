@@ -1,7 +1,9 @@
-//! Our GGUF path against llama.cpp itself: `models/tiny-llada` exported to GGUF (F32, Q8_0) by our
-//! own `export_gguf`, whose logits llama.cpp (PyPI `llama-cpp-python` 0.3.36, CPU, non-causal
-//! `llada` graph) recorded in `tests/golden/llamacpp/tiny-llada.safetensors`
-//! (`tests/reference/llamacpp_reference.py`; see `tests/golden/llamacpp/README.md`).
+//! Our GGUF path against llama.cpp itself: the oracle model `tests/golden/llamacpp/tiny-llada-v0`
+//! (the first trained tiny-llada, 4.45 M parameters, f32; kept as this test's fixture when the
+//! embedded model was retrained) exported to GGUF (F32, Q8_0) by our own `export_gguf`, whose
+//! logits llama.cpp (PyPI `llama-cpp-python` 0.3.36, CPU, non-causal `llada` graph) recorded in
+//! `tests/golden/llamacpp/tiny-llada.safetensors` (`tests/reference/llamacpp_reference.py`; see
+//! `tests/golden/llamacpp/README.md`).
 //!
 //! This checks both directions of the GGUF contract at once: llama.cpp reads what we write (names,
 //! metadata, Q/K permutation, Q8_0 blocks) and we compute what llama.cpp computes from the file.
@@ -14,6 +16,9 @@ use unmask_engine::model::tensor::{DType, TensorSource};
 use unmask_engine::model::{
     load_transformer, load_transformer_with, ForwardRequest, KernelChoice, KvMode, Transformer,
 };
+
+/// The model llama.cpp's logits were recorded for.
+const ORACLE_MODEL: &str = "tests/golden/llamacpp/tiny-llada-v0";
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
@@ -74,7 +79,7 @@ fn compare(t: &Transformer, g: &Golden) -> (f32, f32) {
 fn check(dtype: DType, key: &str, float_tol: f32, auto_tol: f32) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny-llada.gguf");
-    export_gguf(&repo("models/tiny-llada"), &path, dtype).unwrap();
+    export_gguf(&repo(ORACLE_MODEL), &path, dtype).unwrap();
     let g = golden(key);
     let (float, _) = load_transformer_with(&path, KernelChoice::Float).unwrap();
     let (err, top1) = compare(&float, &g);

@@ -6,7 +6,7 @@ is assigned to a split by a hash of (book, passage index):
 Training never sees val/test passages.
 
 Synthetic tasks (exact answers): add, sub, reverse, sort, copy, kv, count,
-continue.  Train examples come from an RNG seeded with (TRAIN_SEED, step, ...);
+continue, next.  Train examples come from an RNG seeded with (TRAIN_SEED, step, ...);
 val / test sets come from separate seeds (VAL_SEED / TEST_SEED) and are written
 to models/data/{val,test}.jsonl.  Training generation rejects any prompt that
 appears in val or test.  "continue" examples use train passages for training
@@ -32,7 +32,10 @@ VAL_SEED = 777001
 TEST_SEED = 999001
 N_PER_TASK_HELDOUT = 50
 
-TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue"]
+TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "next"]
+# Training mixture (sums to 1): weighted toward the tasks that need the most examples.
+TASK_WEIGHTS = {"add": 0.32, "sub": 0.14, "reverse": 0.14, "sort": 0.10, "copy": 0.05, "kv": 0.06,
+                "count": 0.05, "continue": 0.04, "next": 0.10}
 
 # ---------------------------------------------------------------- chat format
 BOS, EOS, MASK, SH, EH, EOT = (
@@ -41,14 +44,23 @@ BOS, EOS, MASK, SH, EH, EOT = (
 SPECIAL_TOKENS = [BOS, EOS, MASK, SH, EH, EOT, "<role>", "</role>", "<|role_end|>", "<|pad|>"]
 
 
-def chat_prompt(msg):
-    """Prompt part of LLaDA's Llama-3 style chat template (generation starts right after)."""
+ROLE, ROLE_CLOSE, ROLE_END = "<role>", "</role>", "<|role_end|>"
+TEMPLATES = ("llada", "llada_moe")
+
+
+def chat_prompt(msg, template="llada"):
+    """Prompt part of the family's chat template (generation starts right after).
+    llada: LLaDA's Llama-3 style headers (also used by the Llama twins, as the Rust engine does);
+    llada_moe: LLaDA-MoE's role tags with its default system turn."""
+    if template == "llada_moe":
+        return (f"{ROLE}SYSTEM{ROLE_CLOSE}detailed thinking off{ROLE_END}"
+                f"{ROLE}HUMAN{ROLE_CLOSE}{msg}{ROLE_END}{ROLE}ASSISTANT{ROLE_CLOSE}")
     return f"{BOS}{SH}user{EH}\n\n{msg}{EOT}{SH}assistant{EH}\n\n"
 
 
-def chat_answer(ans):
-    """Answer part; the trainer appends <|endoftext|> padding up to the sequence length."""
-    return f"{ans}{EOT}"
+def chat_answer(ans, template="llada"):
+    """Answer part; the dLLM trainer appends <|endoftext|> padding up to the canvas length."""
+    return f"{ans}{ROLE_END if template == 'llada_moe' else EOT}"
 
 
 # ---------------------------------------------------------------- prose
@@ -154,6 +166,16 @@ def gen_task(task, rng, passages=None):
     if task == "count":
         w = _words(rng, 2, 9, distinct=False)
         return "How many words: " + " ".join(w), str(len(w))
+    if task == "next":
+        # "which word comes next" cloze: the word that follows 6-12 words of a passage
+        # (the answer is the word without surrounding punctuation)
+        while True:
+            words = passages[int(rng.integers(0, len(passages)))]
+            k = int(rng.integers(6, 13))
+            start = int(rng.integers(0, max(1, len(words) - k)))
+            nxt = re.sub(r"^\W+|\W+$", "", words[start + k])
+            if nxt:
+                return "Next word: " + " ".join(words[start:start + k]), nxt
     if task == "continue":
         # passages: list of word lists with >= 14 words
         words = passages[int(rng.integers(0, len(passages)))]
@@ -179,7 +201,9 @@ def heldout_set(split):
         rng = np.random.default_rng([seed, ti])
         seen = set()
         while len([r for r in rows if r["task"] == task]) < N_PER_TASK_HELDOUT:
-            if task == "continue":
+            if task == "next":
+                msg, ans = gen_task(task, rng, passages)
+            elif task == "continue":
                 # held-out continue prompts start at the beginning of a held-out passage
                 words = passages[int(rng.integers(0, len(passages)))]
                 k = 8
@@ -198,11 +222,13 @@ class TaskSampler:
 
     def __init__(self):
         self.passages = continue_passages("train")
+        self.weights = np.array([TASK_WEIGHTS[t] for t in TASKS], dtype=np.float64)
+        self.weights /= self.weights.sum()
         self.excluded = {r["message"] for s in ("val", "test") for r in heldout_set(s)}
 
     def sample(self, rng, task=None):
         while True:
-            t = task or TASKS[int(rng.integers(0, len(TASKS)))]
+            t = task or TASKS[int(rng.choice(len(TASKS), p=self.weights))]
             msg, ans = gen_task(t, rng, self.passages)
             if msg not in self.excluded:
                 return t, msg, ans

@@ -1,23 +1,24 @@
-"""PyTorch reference eval for the tiny LLaDA model (cross-check for the Rust engine).
+"""PyTorch reference eval for Unmask's tiny models (a cross-check for the Rust engine, which runs
+the official numbers: `bench/run quality`).
 
-1. Task exact match on models/data/test.jsonl with LLaDA's reference decoding:
-   canvas = prompt + gen_length mask tokens; the generated region is split into
-   blocks of block_length, decoded left to right; each block gets
-   steps / n_blocks steps; per step the number of tokens to commit is
-   get_num_transfer_tokens (base = n // steps, the first n % steps steps get +1);
-   temperature 0 -> argmax; low_confidence remasking: confidence = softmax
-   probability (float64) of the argmax token; among still-masked positions of the
-   current block the top-k confidences are committed; committed tokens never
-   change.  No padding is used: examples are batched only with prompts of equal
-   token length, so every row is exactly the unbatched computation.
-   Answer = decoded text of the generated region up to the first <|eot_id|> or
-   <|endoftext|>, stripped.
-2. Masked-token accuracy on held-out (test split) prose windows at mask ratios
-   0.15 and 0.5 (one forward pass, argmax at masked positions).
+1. Task exact match on models/data/test.jsonl. The prompt is the example's `message` rendered
+   with the model family's chat template (llada and llama: the stored `prompt`; llada_moe: role tags).
+   * dLLMs (llada, llada_moe): LLaDA's reference decoding: canvas = prompt + gen_length masks,
+     blocks of block_length left to right, steps / n_blocks steps per block,
+     get_num_transfer_tokens per step (base = n // steps, the first n % steps steps +1),
+     temperature 0 -> argmax, low_confidence remasking (softmax probability of the argmax in
+     float64), top-k of the still-masked positions of the current block committed, never revised.
+   * AR (llama): greedy, one full causal forward per token (no cache), gen_length tokens at most,
+     stopping after the first end-of-turn / <|endoftext|>.
+   Examples are batched only with prompts of equal token length (no padding), so each row is the
+   unbatched computation. Answer = decoded text before the first end-of-turn / <|endoftext|>, stripped.
+2. Prose on held-out (test split) windows, models/data/test_prose.json (written here if missing,
+   read by the Rust bench too): dLLMs: masked-token accuracy at mask ratios 0.15 and 0.5 (one
+   forward, argmax at masked positions); AR: perplexity (next-token NLL over each window).
 
 Usage: python models/train/eval.py [--model models/tiny-llada] [--n-per-task 50]
-Writes <model>/eval_results.json, <model>/eval_predictions.jsonl and <model>/reference_forward.json
-(logits of one forward pass, for Rust numerical cross-checks).
+Writes <model>/eval_results.json, <model>/eval_predictions.jsonl and, for dLLMs,
+<model>/reference_forward.json (logits of one forward pass, for Rust numerical cross-checks).
 """
 import argparse
 import json
@@ -37,7 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data  # noqa: E402
 from model import load_hf  # noqa: E402
 
-MASK_ID, EOS_ID, EOT_ID = 2, 1, 5
+MASK_ID, EOS_ID = 2, 1
+PROSE_PATH = os.path.join(data.DATA_DIR, "test_prose.json")
 
 
 def get_num_transfer_tokens(mask_index, steps):
@@ -52,7 +54,7 @@ def get_num_transfer_tokens(mask_index, steps):
 
 
 @torch.no_grad()
-def generate(model, prompt, gen_length=32, block_length=32, steps=32, temperature=0.0,
+def generate(model, prompt, gen_length=16, block_length=16, steps=16, temperature=0.0,
              remasking="low_confidence", mask_id=MASK_ID, seed=0):
     """prompt: LongTensor [B, P] (all rows the same length). Returns [B, P+gen_length]."""
     assert gen_length % block_length == 0
@@ -95,17 +97,45 @@ def generate(model, prompt, gen_length=32, block_length=32, steps=32, temperatur
     return x
 
 
-def extract_answer(tok, gen_ids):
+@torch.no_grad()
+def generate_ar(model, prompt, gen_length, stop_ids):
+    """Greedy causal decoding; rows stop after their first stop token (later tokens are dropped)."""
+    x = prompt.clone()
+    done = torch.zeros(x.shape[0], dtype=torch.bool)
+    for _ in range(gen_length):
+        nxt = model(x)[:, -1].argmax(-1)
+        x = torch.cat([x, nxt[:, None]], dim=1)
+        done |= torch.isin(nxt, torch.tensor(stop_ids))
+        if done.all():
+            break
+    out = []
+    for row in x[:, prompt.shape[1]:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t in stop_ids), len(row))
+        out.append(row[:cut])
+    return out
+
+
+def extract_answer(tok, gen_ids, stop_ids):
     out = []
     for t in gen_ids:
-        if t in (EOT_ID, EOS_ID):
+        if t in stop_ids:
             break
         out.append(t)
     return tok.decode(out, skip_special_tokens=False).strip()
 
 
-def task_eval(model, tok, rows, gen_cfg, log=True):
-    enc = [tok.encode(r["prompt"]).ids for r in rows]
+def template_of(cfg):
+    return "llada_moe" if cfg.arch == "llada_moe" else "llada"
+
+
+def prompt_of(row, cfg):
+    return data.chat_prompt(row["message"], template_of(cfg))
+
+
+def task_eval(model, tok, rows, gen_cfg):
+    cfg = model.cfg
+    stop_ids = [cfg.eot_token_id, cfg.eos_token_id]
+    enc = [tok.encode(prompt_of(r, cfg)).ids for r in rows]
     groups = {}
     for i, ids in enumerate(enc):
         groups.setdefault(len(ids), []).append(i)
@@ -115,11 +145,14 @@ def task_eval(model, tok, rows, gen_cfg, log=True):
         for c in range(0, len(idxs), 64):
             chunk = idxs[c:c + 64]
             prompt = torch.tensor([enc[i] for i in chunk], dtype=torch.long)
-            out = generate(model, prompt, **gen_cfg)
+            if cfg.causal:
+                outs = generate_ar(model, prompt, gen_cfg["gen_length"], stop_ids)
+            else:
+                full = generate(model, prompt, **gen_cfg)
+                outs = [full[j, P:].tolist() for j in range(len(chunk))]
             for j, i in enumerate(chunk):
-                g = out[j, P:].tolist()
-                gen_ids[i] = g
-                preds[i] = extract_answer(tok, g)
+                gen_ids[i] = outs[j]
+                preds[i] = extract_answer(tok, outs[j], stop_ids)
     per = {}
     for r, p in zip(rows, preds):
         d = per.setdefault(r["task"], [0, 0])
@@ -130,25 +163,54 @@ def task_eval(model, tok, rows, gen_cfg, log=True):
     return acc, preds, gen_ids
 
 
-@torch.no_grad()
-def masked_token_acc(model, tok, ratios=(0.15, 0.5), n_windows=64, seq_len=128, seed=0, split="test"):
+def write_test_prose(tok, n_windows=48, seq_len=128, ratios=(0.15, 0.5), seed=0):
+    """Held-out prose windows (test split) with fixed mask positions, shared with the Rust bench."""
     ids = []
-    for doc in data.prose_documents(split):
+    for doc in data.prose_documents("test"):
         ids.extend(tok.encode(doc).ids)
         ids.append(EOS_ID)
     stream = np.asarray(ids)
     rng = np.random.default_rng(seed)
     starts = rng.integers(0, len(stream) - seq_len, size=n_windows)
-    x = torch.from_numpy(np.stack([stream[s:s + seq_len] for s in starts])).long()
-    res = {}
+    windows = [stream[s:s + seq_len].tolist() for s in starts]
+    masks = {}
     for r in ratios:
         k = int(round(r * seq_len))
+        masks[str(r)] = [sorted(rng.permutation(seq_len)[:k].tolist()) for _ in range(n_windows)]
+    doc = {"note": "test-split Gutenberg windows (models/train/eval.py write_test_prose); token ids of "
+                   "models/tiny-llada/tokenizer.json; masked positions per mask ratio",
+           "seq_len": seq_len, "windows": windows, "masked_positions": masks}
+    with open(PROSE_PATH, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+        f.write("\n")
+    return doc
+
+
+def load_test_prose(tok):
+    if os.path.exists(PROSE_PATH):
+        return json.load(open(PROSE_PATH))
+    return write_test_prose(tok)
+
+
+@torch.no_grad()
+def prose_eval(model, prose):
+    x = torch.tensor(prose["windows"])
+    if model.cfg.causal:
+        nll, n = 0.0, 0
+        for c in range(0, len(x), 16):
+            lg = model(x[c:c + 16])
+            nll += F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), x[c:c + 16, 1:].reshape(-1),
+                                   reduction="sum").item()
+            n += x[c:c + 16, 1:].numel()
+        return {"perplexity": float(np.exp(nll / n)), "nll": nll / n, "n_tokens": n}
+    res = {}
+    for r, pos in prose["masked_positions"].items():
         masked = torch.zeros_like(x, dtype=torch.bool)
-        for i in range(n_windows):
-            masked[i, rng.permutation(seq_len)[:k]] = True
+        for i, p in enumerate(pos):
+            masked[i, p] = True
         noisy = torch.where(masked, torch.full_like(x, MASK_ID), x)
         correct, total, nll = 0, 0, 0.0
-        for c in range(0, n_windows, 16):
+        for c in range(0, len(x), 16):
             lg = model(noisy[c:c + 16])
             m = masked[c:c + 16]
             correct += (lg[m].argmax(-1) == x[c:c + 16][m]).sum().item()
@@ -191,6 +253,8 @@ def main():
     for k, a in (("gen_length", args.gen_length), ("block_length", args.block_length), ("steps", args.steps)):
         if a is not None:
             gen_cfg[k] = a
+    if model.cfg.causal:
+        gen_cfg = {"gen_length": gen_cfg["gen_length"]}
     rows = [json.loads(l) for l in open(args.data)]
     counts, sel = {}, []
     for r in rows:
@@ -202,11 +266,14 @@ def main():
     acc, preds, gen_ids = task_eval(model, tok, sel, gen_cfg)
     t_task = time.time() - t0
     t0 = time.time()
-    mta = masked_token_acc(model, tok)
-    t_mask = time.time() - t0
-    result = {"model": args.model, "data": os.path.relpath(args.data, data.MODELS),
+    prose = prose_eval(model, load_test_prose(tok))
+    t_prose = time.time() - t0
+    result = {"model": os.path.relpath(os.path.abspath(args.model), os.path.dirname(data.MODELS)),
+              "arch": model.cfg.arch, "params": model.num_params(),
+              "data": os.path.relpath(args.data, data.MODELS),
               "gen_config": gen_cfg, "n_examples": len(sel), "task_exact_match": acc,
-              "prose_masked_token": mta, "seconds": {"tasks": round(t_task, 1), "masked": round(t_mask, 1)}}
+              ("prose_perplexity" if model.cfg.causal else "prose_masked_token"): prose,
+              "seconds": {"tasks": round(t_task, 1), "prose": round(t_prose, 1)}}
     print(json.dumps(result, indent=2))
     if not args.no_write:
         with open(os.path.join(args.model, f"eval_results{args.tag}.json"), "w") as f:
@@ -214,13 +281,14 @@ def main():
             f.write("\n")
         with open(os.path.join(args.model, f"eval_predictions{args.tag}.jsonl"), "w") as f:
             for r, p, g in zip(sel, preds, gen_ids):
-                f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
+                f.write(json.dumps({"task": r["task"], "prompt": prompt_of(r, model.cfg), "answer": r["answer"],
                                     "prediction": p, "correct": p == r["answer"],
                                     "generated_ids": g}) + "\n")
-        with open(os.path.join(args.model, f"reference_forward{args.tag}.json"), "w") as f:
-            json.dump(reference_forward(model, tok, sel[0]["prompt"], gen_cfg["gen_length"]), f)
-            f.write("\n")
-    for r, p in list(zip(sel, preds))[::max(1, len(sel) // 16)]:
+        if not model.cfg.causal:
+            with open(os.path.join(args.model, f"reference_forward{args.tag}.json"), "w") as f:
+                json.dump(reference_forward(model, tok, prompt_of(sel[0], model.cfg), gen_cfg["gen_length"]), f)
+                f.write("\n")
+    for r, p in list(zip(sel, preds))[::max(1, len(sel) // 18)]:
         print(f"[{r['task']}] {r['message']!r} -> {p!r} (gold {r['answer']!r})")
 
 

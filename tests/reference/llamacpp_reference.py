@@ -23,7 +23,8 @@ from tokenizers import Tokenizer
 import llama_cpp
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MODEL = os.path.join(ROOT, "models", "tiny-llada")
+# The oracle model (the first trained tiny-llada, f32); set UNMASK_ORACLE_MODEL to record another.
+MODEL = os.environ.get("UNMASK_ORACLE_MODEL", os.path.join(ROOT, "tests", "golden", "llamacpp", "tiny-llada-v0"))
 OUT_DIR = os.path.join(ROOT, "tests", "golden", "llamacpp")
 MASK = 2
 SEQ = 22  # 2 sequences x 22 positions x 4096 x f32 x 2 files = 1.44 MB
