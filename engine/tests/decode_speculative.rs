@@ -258,7 +258,7 @@ fn dual_cache_windows_attend_to_the_cached_suffix() {
     let m = model("llada");
     let p = prompt("llada", 0);
     let len = p.len() + base().gen_length;
-    let mut run = |cache| {
+    let run = |cache| {
         let mut be = ContextLog { inner: CpuBackend::new(Arc::clone(&m)), log: Vec::new() };
         let s = DecodeSettings { cache, speculative: spec(4, 8, false), ..base() };
         let (out, _, _) = run_npu(&mut be, &p, &s);

@@ -157,8 +157,8 @@ fn ragged_blocks_pad_to_their_bucket_and_still_match() {
         let (kc_q, kc_cpu) = (&*caches.0, &*caches.1);
         for l in 0..t.config.n_layers {
             for p in 0..12 {
-                let e = max_rel_err(kc_q.k_row(l, p), kc_cpu.k_row(l, p))
-                    .max(max_rel_err(kc_q.v_row(l, p), kc_cpu.v_row(l, p)));
+                let e = max_rel_err(&kc_q.k_row(l, p), &kc_cpu.k_row(l, p))
+                    .max(max_rel_err(&kc_q.v_row(l, p), &kc_cpu.v_row(l, p)));
                 assert!(e < F32_BOUND, "{name} layer {l} pos {p}: cached K/V differ by {e}");
             }
         }

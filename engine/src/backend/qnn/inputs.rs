@@ -71,8 +71,8 @@ pub fn cached_kv(cache: &KvCache, layer: usize, cached: &[usize], rows: usize, d
     let mut k = vec![0.0f32; rows * d];
     let mut v = vec![0.0f32; rows * d];
     for (i, &p) in cached.iter().enumerate().take(rows) {
-        k[i * d..(i + 1) * d].copy_from_slice(cache.k_row(layer, p));
-        v[i * d..(i + 1) * d].copy_from_slice(cache.v_row(layer, p));
+        k[i * d..(i + 1) * d].copy_from_slice(&cache.k_row(layer, p));
+        v[i * d..(i + 1) * d].copy_from_slice(&cache.v_row(layer, p));
     }
     (encode(&k, dtype), encode(&v, dtype))
 }
