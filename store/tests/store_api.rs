@@ -45,7 +45,10 @@ async fn import_copies_hashes_and_registers_and_refuses_duplicates() {
     assert_eq!((m.name.as_str(), m.format, m.architecture.as_str()), ("my-llada", ModelFormat::Hf, "llada"));
     assert_eq!(m.path, "models/my-llada");
     assert!(!m.in_place);
-    assert_eq!(m.quantization, "F32");
+    // The embedded model's weights are stored in one dtype; the record names it.
+    let header = std::fs::read(model_dir.join("model.safetensors")).unwrap();
+    let dtype_seen = ["\"F32\"", "\"BF16\"", "\"F16\""].into_iter().find(|d| header.windows(d.len()).any(|w| w == d.as_bytes()));
+    assert_eq!(Some(format!("\"{}\"", m.quantization).as_str()), dtype_seen);
     assert!(m.source.starts_with("import:"));
     assert_eq!(m.engine_config().unwrap().arch, unmask_engine::model::Architecture::Llada);
     assert_eq!(events.first(), Some(&ImportEvent::Validating));
