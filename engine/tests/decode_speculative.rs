@@ -53,27 +53,32 @@ fn never_commits_outside_the_current_block() {
 /// with acceptance off, the run is token-for-token (and commit-for-commit) the reference loop.
 #[test]
 fn without_acceptance_and_cache_equals_the_reference_loop() {
-    let m = model("llada");
     for threshold in [None, Some(0.3)] {
-        for i in 0..2 {
-            let p = prompt("llada", i);
-            let s = DecodeSettings { threshold, ..base() };
-            let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new(Arc::clone(&m)));
-            let mut ref_frames: Vec<StepFrame> = Vec::new();
-            let reference = generate(cpu.as_mut(), &p, &s, &CancelFlag::new(), |f| {
-                ref_frames.push(f.clone());
-                ControlFlow::Continue(())
-            })
-            .unwrap();
-            let mut be = FakeNpu::new(Arc::clone(&m), Some(vec![16, 64]));
-            let (out, stats, frames) = run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
-            assert!(stats.drafts > 0);
-            assert_eq!(out.tokens, reference.tokens, "threshold {threshold:?} prompt {i}");
-            let commits = |fs: &[StepFrame]| -> Vec<Vec<(usize, u32)>> {
-                fs.iter().map(|f| f.changes.iter().filter(|c| !c.speculative).map(|c| (c.pos, c.token)).collect()).collect()
-            };
-            assert_eq!(commits(&frames), commits(&ref_frames));
-        }
+        assert_speculation_off_path_equals_reference("llada", &DecodeSettings { threshold, ..base() });
+    }
+}
+
+/// Runs prompts 0 and 1 of `name` through the reference decoder and through the NPU-aware loop
+/// (speculation on, acceptance off, no cache): same tokens, same commits at every step.
+fn assert_speculation_off_path_equals_reference(name: &str, s: &DecodeSettings) {
+    let m = model(name);
+    for i in 0..2 {
+        let p = prompt(name, i);
+        let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new(Arc::clone(&m)));
+        let mut ref_frames: Vec<StepFrame> = Vec::new();
+        let reference = generate(cpu.as_mut(), &p, s, &CancelFlag::new(), |f| {
+            ref_frames.push(f.clone());
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        let mut be = FakeNpu::new(Arc::clone(&m), Some(vec![16, 64]));
+        let (out, stats, frames) = run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
+        assert!(stats.drafts > 0);
+        assert_eq!(out.tokens, reference.tokens, "{name} {s:?} prompt {i}");
+        let commits = |fs: &[StepFrame]| -> Vec<Vec<(usize, u32)>> {
+            fs.iter().map(|f| f.changes.iter().filter(|c| !c.speculative).map(|c| (c.pos, c.token)).collect()).collect()
+        };
+        assert_eq!(commits(&frames), commits(&ref_frames));
     }
 }
 
@@ -198,26 +203,7 @@ fn settings_select_the_loop_and_stay_compatible() {
 /// with acceptance off it is commit-for-commit Dream's reference decoder.
 #[test]
 fn dream_without_acceptance_and_cache_equals_the_reference_loop() {
-    let m = model("dream");
-    for i in 0..2 {
-        let p = prompt("dream", i);
-        let s = DecodeSettings { alg: unmask_engine::decode::DreamAlg::Entropy, ..base() };
-        let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new(Arc::clone(&m)));
-        let mut ref_frames: Vec<StepFrame> = Vec::new();
-        let reference = generate(cpu.as_mut(), &p, &s, &CancelFlag::new(), |f| {
-            ref_frames.push(f.clone());
-            ControlFlow::Continue(())
-        })
-        .unwrap();
-        let mut be = FakeNpu::new(Arc::clone(&m), Some(vec![16, 64]));
-        let (out, stats, frames) = run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
-        assert!(stats.drafts > 0);
-        assert_eq!(out.tokens, reference.tokens, "prompt {i}");
-        let commits = |fs: &[StepFrame]| -> Vec<Vec<(usize, u32)>> {
-            fs.iter().map(|f| f.changes.iter().filter(|c| !c.speculative).map(|c| (c.pos, c.token)).collect()).collect()
-        };
-        assert_eq!(commits(&frames), commits(&ref_frames));
-    }
+    assert_speculation_off_path_equals_reference("dream", &DecodeSettings { alg: unmask_engine::decode::DreamAlg::Entropy, ..base() });
 }
 
 /// A backend that records the attention context of every forward.
