@@ -4,14 +4,12 @@
 //! plus the confidence calibration that justifies the revision thresholds.
 //!
 //! Runs on the virtual NPU (SM8750 profile; real math on the CPU, its shape buckets drive the
-//! speculative window): `vnpu_sim_*` figures are the virtual NPU's **simulated** time for this
-//! (tiny) model. `sim_*` figures come from a bucket cost model for an 8B model, **an estimate,
-//! not a measurement**: a forward costs `FIXED_PER_FORWARD_S + padded_tokens × PER_TOKEN_S`,
-//! with the window padded to the next of `BUCKETS`. The constants stand for an 8B dLLM on a
-//! ~45 TOPS phone NPU (fixed part: launch plus weight streaming, which dominates small windows;
-//! per-token part: compute). The CPU path of revision is assumed to overlap the NPU fully and
-//! costs nothing in the simulation (its forwards are reported separately). Swap in the virtual
-//! NPU's `simulated_s` once it is merged.
+//! speculative window, its CPU path runs revision): `vnpu_sim_*` figures are the virtual NPU's
+//! **simulated** time for this (tiny) model. Every run is also recorded (shape of each dense and
+//! CPU-path forward, `RecordingBackend`) and **replayed with LLaDA-8B layer shapes** on the
+//! SM8650 / SM8750 / SM8850 profiles (`replay_dual_path`): dense forwards on the NPU with the
+//! memory runtime, revision forwards on the phone's CPU cores, each step as long as the longer
+//! path. These `sim_8b_*` figures are simulated too, and keep the tiny model's commit schedule.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +17,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{json, Value};
 use unmask_engine::backend::vnpu::{profile::DeviceProfile, VirtualNpu, VnpuConfig};
+use unmask_engine::backend::recorder::RecordingBackend;
+use unmask_engine::backend::vnpu::replay::{replay_dual_path_on, DualPathTrace, ModelPreset};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::revision::RevisionSettings;
@@ -28,20 +28,8 @@ use unmask_engine::model::{load_model, TextTokenizer};
 
 use crate::tasks::{self, token_agreement, EvalResult, TaskExample};
 
-/// Token buckets of the simulated NPU (estimate).
-const BUCKETS: &[usize] = &[16, 32, 64, 128, 256];
-/// Fixed cost per forward: launch + weight streaming, seconds (estimate).
-const FIXED_PER_FORWARD_S: f64 = 0.030;
-/// Cost per padded token, seconds (estimate).
-const PER_TOKEN_S: f64 = 0.0012;
-
-fn padded(n: usize) -> usize {
-    BUCKETS.iter().copied().find(|&b| b >= n).unwrap_or(n)
-}
-
-fn sim_cost(tokens: usize) -> f64 {
-    FIXED_PER_FORWARD_S + padded(tokens) as f64 * PER_TOKEN_S
-}
+/// Profiles the recorded runs are replayed on at LLaDA-8B shapes.
+const REPLAY_DEVICES: &[&str] = &["sm8650", "sm8750", "sm8850"];
 
 /// One configuration; `npu_loop` forces the NPU-aware loop even with both features off.
 struct Variant {
@@ -52,7 +40,8 @@ struct Variant {
 
 fn variants(base: &DecodeSettings) -> Vec<Variant> {
     let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };
-    let spec = Some(SpeculativeSettings { token_buckets: BUCKETS.to_vec(), ..Default::default() });
+    // The window's buckets come from the backend's cost profile.
+    let spec = Some(SpeculativeSettings::default());
     let rev = Some(RevisionSettings::default());
     let v = |name, settings, npu_loop| Variant { name, settings, npu_loop };
     vec![
@@ -72,10 +61,10 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
 /// Totals of one variant beyond the shared `EvalResult`.
 #[derive(Default)]
 struct Extra {
-    sim_s: f64,
+    /// The variant's forwards, for the 8B replay.
+    trace: DualPathTrace,
     /// Simulated time on the virtual NPU (SM8750 profile).
     vnpu_sim_s: f64,
-    padded_tokens: usize,
     drafts: usize,
     accepted: usize,
     cpu_forwards: usize,
@@ -91,7 +80,7 @@ struct Extra {
 }
 
 fn run_variant(
-    backend: &mut dyn Backend,
+    backend: &mut RecordingBackend,
     tok: &TextTokenizer,
     examples: &[TaskExample],
     v: &Variant,
@@ -109,14 +98,14 @@ fn run_variant(
             Some(&want) => t == want,
             None => stop.contains(&t),
         };
-        let (mut sim, mut pad, mut vsim) = (0.0, 0usize, 0.0f64);
+        let mut vsim = 0.0f64;
+        let log = backend.log();
+        let _ = log.take_trace("", 0);
         let mut held: Vec<Option<u32>> = vec![None; ids.len() + v.settings.gen_length];
         let (mut fixed, mut broke, mut neutral) = (0usize, 0usize, 0usize);
         let (out, stats): (DecodeOutput, DualPathStats) = {
             let mut sink = |f: &StepFrame| {
-                sim += sim_cost(f.forward_tokens);
                 vsim += f.simulated_s.unwrap_or(0.0);
-                pad += padded(f.forward_tokens);
                 let n_held = held.len();
                 for c in f.changes.iter().filter(|c| !c.speculative && c.pos >= p0 && c.pos < n_held) {
                     if let (true, Some(old)) = (c.revised, held[c.pos]) {
@@ -146,9 +135,8 @@ fn run_variant(
         r.steps += out.steps;
         r.generated_tokens += answer_ids.len().max(1);
         r.wall_s += out.wall_s;
-        x.sim_s += sim;
-        x.vnpu_sim_s += vsim;
-        x.padded_tokens += pad;
+                x.vnpu_sim_s += vsim;
+        x.trace.extend(log.take_trace(v.name, answer_ids.len()));
         x.drafts += stats.drafts;
         x.accepted += stats.accepted;
         x.cpu_forwards += stats.cpu_forwards;
@@ -189,25 +177,32 @@ pub fn run(quick: bool) -> Result<Value> {
     let m = load_model(&dir)?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
     let tok = m.tokenizer;
-    let mut backend = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, VnpuConfig::default())?;
+    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, VnpuConfig::default())?;
+    let mut backend = RecordingBackend::new(Box::new(npu));
     let examples = tasks::load(&tasks::test_split(), per_task)?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
     let mut results = Vec::new();
     for v in variants(&base) {
         eprintln!("[ablation] tiny-llada {} on {} examples", v.name, examples.len());
-        let (r, x) = run_variant(&mut backend as &mut dyn Backend, &tok, &examples, &v, &stop)?;
-        results.push((v.name, r, x));
+        let (r, x) = run_variant(&mut backend, &tok, &examples, &v, &stop)?;
+        let replays = REPLAY_DEVICES
+            .iter()
+            .map(|d| replay_dual_path_on(&x.trace, ModelPreset::Llada8B, d))
+            .collect::<unmask_engine::Result<Vec<_>>>()?;
+        results.push((v.name, r, x, replays));
     }
-    let find = |n: &str| results.iter().position(|(name, _, _)| *name == n).unwrap_or(0);
+    let find = |n: &str| results.iter().position(|(name, ..)| *name == n).unwrap_or(0);
     let (reference, prefix, spec, rev, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("revision"), find("spec_revision"));
     let mut rows = serde_json::Map::new();
-    for (name, r, x) in &results {
+    // SM8750 is the headline device.
+    let sim8b = |i: usize| results[i].3[1].simulated_latency_s;
+    for (name, r, x, replays) in &results {
         let mut v = r.to_json();
-        v["sim_npu_s"] = json!(x.sim_s);
+        v["sim_8b_replay"] = json!(replays);
+        v["sim_8b_sm8750_s"] = json!(replays[1].simulated_latency_s);
+        v["sim_8b_latency_ratio_vs_prefix_cache"] = json!(replays[1].simulated_latency_s / sim8b(prefix));
         v["vnpu_sm8750_simulated_s"] = json!(x.vnpu_sim_s);
         v["vnpu_latency_ratio_vs_prefix_cache"] = json!(x.vnpu_sim_s / results[prefix].2.vnpu_sim_s);
-        v["sim_latency_ratio_vs_prefix_cache"] = json!(x.sim_s / results[prefix].2.sim_s);
-        v["padded_tokens"] = json!(x.padded_tokens);
         v["drafts"] = json!(x.drafts);
         v["accepted_drafts"] = json!(x.accepted);
         v["cpu_path_forwards"] = json!(x.cpu_forwards);
@@ -218,6 +213,7 @@ pub fn run(quick: bool) -> Result<Value> {
         rows.insert((*name).to_owned(), v);
     }
     let acc = |i: usize| results[i].1.accuracy();
+    let buckets = backend.cost_profile().map(|c| c.token_buckets);
     Ok(json!({
         "headline": {
             "accuracy_reference": acc(reference),
@@ -226,20 +222,22 @@ pub fn run(quick: bool) -> Result<Value> {
             "accuracy_revision": acc(rev),
             "accuracy_spec_revision": acc(both),
             "forwards_ratio": results[both].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
-            "sim_latency_ratio": results[both].2.sim_s / results[prefix].2.sim_s,
+            "sim_latency_ratio": sim8b(both) / sim8b(prefix),
+            "sim_latency_ratio_speculative": sim8b(spec) / sim8b(prefix),
+            "sim_latency_ratio_async_cpu_path": results[both].3[1].async_latency_s / sim8b(prefix),
             "vnpu_sim_latency_ratio": results[both].2.vnpu_sim_s / results[prefix].2.vnpu_sim_s,
         },
         "settings": base,
-        "speculative": SpeculativeSettings { token_buckets: BUCKETS.to_vec(), ..Default::default() },
+        "speculative": SpeculativeSettings::default(),
+        "token_buckets": buckets,
         "revision": RevisionSettings::default(),
         "examples_per_task": per_task,
         "variants": rows,
         "confidence_calibration_prefix_cache": calibration(&results[prefix].2.calibration),
-        "sim_cost_model": {
-            "estimate": true,
-            "buckets": BUCKETS, "fixed_per_forward_s": FIXED_PER_FORWARD_S, "per_padded_token_s": PER_TOKEN_S,
-            "note": "per forward = fixed + padded_tokens × per_token; CPU-path forwards assumed overlapped (not counted)",
+        "replay": {
+            "simulated": true, "model": "LLaDA-8B shapes", "devices": REPLAY_DEVICES,
+            "note": "each variant's recorded forwards replayed: dense path on the NPU (swap-optimized memory runtime), CPU-path forwards on the profile's CPU cores but one; a step lasts max(dense, CPU path) (lockstep, what the decoding loop does); async_latency_s = the same forwards if the CPU path never blocked the dense path (jobs only when it is idle, the rest dropped: an estimate of a scheduling policy the loop does not implement yet); the commit schedule is the tiny model's",
         },
-        "note": "tiny-llada was mid-training when measured; forwards_ratio and sim_latency_ratio are spec_revision ÷ prefix_cache",
+        "note": "SIMULATED latencies. forwards_ratio, sim_latency_ratio (LLaDA-8B replay on SM8750) and vnpu_sim_latency_ratio (tiny model on the virtual SM8750) are spec_revision ÷ prefix_cache",
     }))
 }

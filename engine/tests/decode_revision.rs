@@ -205,3 +205,41 @@ fn revision_runs_on_dream_with_both_caches() {
         assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
     }
 }
+
+/// The recorder sees every dense forward and every CPU-path forward of a run, paired with its step;
+/// replayed at LLaDA-8B shapes, each step lasts as long as the longer of its two paths.
+#[test]
+fn recorded_dual_path_run_replays_at_phone_scale() {
+    use unmask_engine::backend::recorder::RecordingBackend;
+    use unmask_engine::backend::vnpu::replay::{replay_dual_path_on, ModelPreset};
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    let npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let mut rec = RecordingBackend::new(Box::new(npu));
+    let log = rec.log();
+    let p = prompt("llada", 0);
+    let (out, stats, frames) = run_npu(&mut rec, &p, &settings(CacheMode::Prefix));
+    assert!(stats.concurrent && stats.cpu_forwards > 0);
+    let trace = log.take_trace("llada", out.tokens.len());
+    assert_eq!(trace.revision.len(), stats.cpu_forwards);
+    assert!(trace.dense.len() >= frames.len(), "one dense forward per step at least");
+    assert!(trace.revision.iter().all(|&(i, _)| i < trace.dense.len()), "every CPU forward pairs with a dense one");
+    assert!(trace.dense.iter().all(|r| r.tokens > 0 && r.context >= r.tokens));
+    let both = replay_dual_path_on(&trace, ModelPreset::Llada8B, "sm8750").unwrap();
+    assert_eq!(both.cpu_forwards, stats.cpu_forwards);
+    assert!(both.simulated_latency_s >= both.dense_s && both.simulated_latency_s >= both.cpu_path_s - 1e-12);
+    assert!(both.simulated_latency_s <= both.dense_s + both.cpu_path_s + 1e-9);
+    // Without the CPU path the replay is the dense path alone.
+    let dense_only = unmask_engine::backend::vnpu::replay::DualPathTrace { revision: vec![], ..trace.clone() };
+    let d = replay_dual_path_on(&dense_only, ModelPreset::Llada8B, "sm8750").unwrap();
+    assert!((d.simulated_latency_s - both.dense_s).abs() < 1e-9 && d.cpu_bound_steps == 0);
+    assert!(both.simulated_latency_s > d.simulated_latency_s || both.cpu_bound_steps == 0);
+    // The asynchronous schedule never waits for the CPU path, and drops what finds it busy.
+    assert!((both.async_latency_s - both.dense_s).abs() < 1e-9);
+    let last = trace.dense.len() - 1;
+    let jobs: std::collections::HashSet<usize> = trace.revision.iter().map(|&(i, _)| i.min(last)).collect();
+    assert_eq!(both.async_jobs_run + both.async_jobs_dropped, jobs.len());
+    assert!(both.async_jobs_run >= 1);
+    if both.async_jobs_dropped > 0 {
+        assert!(both.cpu_bound_steps > 0, "a job is dropped only behind one that outlasted its step");
+    }
+}

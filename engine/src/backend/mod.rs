@@ -2,6 +2,7 @@
 
 pub mod cpu;
 pub mod qnn;
+pub mod recorder;
 pub mod vnpu;
 
 use crate::error::Result;

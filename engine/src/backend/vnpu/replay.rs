@@ -75,6 +75,136 @@ impl DecodeTrace {
     }
 }
 
+/// A recorded run of the NPU-aware loop: its dense forwards and the CPU-path forwards of
+/// dual-path revision, each paired with the dense forward it ran next to
+/// (`backend::recorder::RecordingBackend`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DualPathTrace {
+    /// Description.
+    pub name: String,
+    /// Dense forwards in order.
+    pub dense: Vec<DecodeStepRecord>,
+    /// (index into `dense`, shape) of every CPU-path forward.
+    pub revision: Vec<(usize, DecodeStepRecord)>,
+    /// Answer tokens the run produced.
+    pub answer_tokens: usize,
+}
+
+impl DualPathTrace {
+    /// The dense path alone, as a plain trace.
+    pub fn dense_trace(&self) -> DecodeTrace {
+        DecodeTrace { name: self.name.clone(), steps: self.dense.clone(), answer_tokens: self.answer_tokens }
+    }
+
+    /// Appends another run (several prompts replayed as one workload).
+    pub fn extend(&mut self, other: DualPathTrace) {
+        let base = self.dense.len();
+        self.dense.extend(other.dense);
+        self.revision.extend(other.revision.into_iter().map(|(i, r)| (base + i, r)));
+        self.answer_tokens += other.answer_tokens;
+    }
+}
+
+/// A [`DualPathTrace`] replayed: dense forwards on the NPU, CPU-path forwards on the phone's CPU,
+/// each step lasting as long as the longer of its two paths (all **simulated**).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct DualPathReplay {
+    /// Model shape.
+    pub model: String,
+    /// Device profile.
+    pub device: String,
+    /// End-to-end latency, seconds.
+    pub simulated_latency_s: f64,
+    /// Sum of the dense forwards alone, seconds.
+    pub dense_s: f64,
+    /// Sum of the CPU-path forwards alone, seconds.
+    pub cpu_path_s: f64,
+    /// Energy of both paths, joules.
+    pub simulated_energy_j: f64,
+    /// Dense forwards.
+    pub dense_forwards: usize,
+    /// CPU-path forwards.
+    pub cpu_forwards: usize,
+    /// Steps whose CPU path outlasted the dense forward.
+    pub cpu_bound_steps: usize,
+    /// Latency if the CPU path never held up the dense path: a step's CPU-path job is launched
+    /// only when the CPU path is idle at the step's start, and runs across as many dense steps as
+    /// it needs (its verdicts would land at the first step boundary after it ends); jobs that find
+    /// the CPU busy are dropped. Not what the decoding loop does today (it runs the two paths in
+    /// lockstep, `simulated_latency_s`): an estimate of that scheduling policy.
+    pub async_latency_s: f64,
+    /// CPU-path jobs (steps with CPU forwards) the asynchronous schedule would run / drop.
+    pub async_jobs_run: usize,
+    /// See `async_jobs_run`.
+    pub async_jobs_dropped: usize,
+}
+
+/// Replays `trace` with `npu` for the dense path and `cpu` (the cores the CPU path gets) for the
+/// revision forwards.
+pub fn replay_dual_path(
+    trace: &DualPathTrace,
+    npu: &mut StepSimulator,
+    cpu: &mut StepSimulator,
+    device: &str,
+) -> Result<DualPathReplay> {
+    let mut cpu_per_step = vec![0.0f64; trace.dense.len()];
+    let mut r = DualPathReplay { model: model_name(npu.config()), device: device.to_owned(), ..Default::default() };
+    for &(i, s) in &trace.revision {
+        if s.tokens == 0 {
+            continue;
+        }
+        let step = cpu.simulate(StepShape { tokens: s.tokens, context: s.context, logit_rows: s.logit_rows })?;
+        r.cpu_path_s += step.time_s;
+        r.simulated_energy_j += step.energy_j;
+        r.cpu_forwards += 1;
+        // A record past the last dense forward (the run ended while it ran) closes the run.
+        let slot = i.min(trace.dense.len().saturating_sub(1));
+        if let Some(c) = cpu_per_step.get_mut(slot) {
+            *c += step.time_s;
+        } else {
+            r.simulated_latency_s += step.time_s;
+        }
+    }
+    // Asynchronous schedule: the dense clock never waits; the CPU path takes a job when idle.
+    let (mut clock, mut cpu_free) = (0.0f64, 0.0f64);
+    for (s, &cpu_s) in trace.dense.iter().zip(&cpu_per_step) {
+        let dense_s = if s.tokens == 0 {
+            0.0
+        } else {
+            let step = npu.simulate(StepShape { tokens: s.tokens, context: s.context, logit_rows: s.logit_rows })?;
+            r.simulated_energy_j += step.energy_j;
+            r.dense_forwards += 1;
+            step.time_s
+        };
+        r.dense_s += dense_s;
+        if cpu_s > 0.0 {
+            if cpu_free <= clock + 1e-12 {
+                cpu_free = clock + cpu_s;
+                r.async_jobs_run += 1;
+            } else {
+                r.async_jobs_dropped += 1;
+            }
+        }
+        clock += dense_s;
+        if cpu_s > dense_s {
+            r.cpu_bound_steps += 1;
+        }
+        r.simulated_latency_s += dense_s.max(cpu_s);
+    }
+    r.async_latency_s = clock;
+    Ok(r)
+}
+
+/// `trace` replayed with `preset`'s shapes on `device`: the NPU with the swap-optimized memory
+/// runtime for the dense path, every CPU core but the NPU's driver for the CPU path.
+pub fn replay_dual_path_on(trace: &DualPathTrace, preset: ModelPreset, device: &str) -> Result<DualPathReplay> {
+    let profile = DeviceProfile::builtin(device)?;
+    let cfg = preset.config();
+    let mut npu = simulator_for(&cfg, &profile, &npu_config(PlacementPolicy::SwapOptimized))?;
+    let mut cpu = cpu_simulator(&cfg, &profile, super::cpu_path::cpu_path_cores(&profile));
+    replay_dual_path(trace, &mut npu, &mut cpu, &profile.name)
+}
+
 /// Published 7–8B model shapes for replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum ModelPreset {

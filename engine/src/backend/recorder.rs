@@ -1,0 +1,124 @@
+//! A [`Backend`] wrapper that records the shape of every forward of a decode run (tokens, attention
+//! context, rows needing logits), split into the dense path and the CPU path of dual-path revision,
+//! so that the run can be replayed with phone-scale layer shapes (`vnpu::replay::replay_dual_path`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::vnpu::replay::{DecodeStepRecord, DualPathTrace};
+use super::{Backend, CostProfile, ForwardStats};
+use crate::error::Result;
+use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig};
+
+#[derive(Debug, Default)]
+struct LogInner {
+    dense: Vec<DecodeStepRecord>,
+    /// (index of the dense forward it ran next to, shape).
+    revision: Vec<(usize, DecodeStepRecord)>,
+}
+
+/// The forwards recorded by a [`RecordingBackend`] and its revision executor (shared by both).
+#[derive(Debug, Clone, Default)]
+pub struct ForwardLog(Arc<Mutex<LogInner>>);
+
+impl ForwardLog {
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        // A poisoned log only means a recording thread panicked; its records are still valid.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Dense forwards so far.
+    pub fn dense_forwards(&self) -> usize {
+        self.lock().dense.len()
+    }
+
+    /// Takes the records so far as a trace (the log starts empty again).
+    pub fn take_trace(&self, name: &str, answer_tokens: usize) -> DualPathTrace {
+        let mut g = self.lock();
+        DualPathTrace {
+            name: name.to_owned(),
+            dense: std::mem::take(&mut g.dense),
+            revision: std::mem::take(&mut g.revision),
+            answer_tokens,
+        }
+    }
+}
+
+/// Which path a [`RecordingBackend`] records for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Dense,
+    /// The revision executor; the field is the dense forward its current step pairs with.
+    Revision(usize),
+}
+
+/// Delegates every call to `inner` and appends each forward's shape to a [`ForwardLog`].
+pub struct RecordingBackend {
+    inner: Box<dyn Backend>,
+    log: ForwardLog,
+    path: Path,
+}
+
+impl RecordingBackend {
+    /// Wraps `inner` (the dense path); its revision executor, if any, is wrapped too.
+    pub fn new(inner: Box<dyn Backend>) -> Self {
+        RecordingBackend { inner, log: ForwardLog::default(), path: Path::Dense }
+    }
+
+    /// The shared log.
+    pub fn log(&self) -> ForwardLog {
+        self.log.clone()
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &dyn Backend {
+        self.inner.as_ref()
+    }
+
+    /// The wrapped backend, mutably.
+    pub fn inner_mut(&mut self) -> &mut dyn Backend {
+        self.inner.as_mut()
+    }
+}
+
+impl Backend for RecordingBackend {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn config(&self) -> &ModelConfig {
+        self.inner.config()
+    }
+
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        self.inner.new_cache(capacity)
+    }
+
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
+        let (out, stats) = self.inner.forward(req, cache)?;
+        let record = DecodeStepRecord { tokens: req.tokens.len(), context: out.context_len, logit_rows: req.logits_rows.len() };
+        let mut g = self.log.lock();
+        match self.path {
+            Path::Dense => g.dense.push(record),
+            Path::Revision(step) => g.revision.push((step, record)),
+        }
+        Ok((out, stats))
+    }
+
+    fn cost_profile(&self) -> Option<CostProfile> {
+        self.inner.cost_profile()
+    }
+
+    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+        let inner = self.inner.revision_backend()?;
+        Some(Box::new(RecordingBackend { inner, log: self.log.clone(), path: Path::Revision(0) }))
+    }
+
+    fn begin_step(&mut self) {
+        // The loop calls this just before the step's dense forward starts: that forward's index is
+        // the number of dense forwards recorded so far.
+        if let Path::Revision(_) = self.path {
+            self.path = Path::Revision(self.log.dense_forwards());
+        }
+        self.inner.begin_step();
+    }
+}
