@@ -14,8 +14,10 @@
 //!   block (the offset's contribution is linear in the weights).
 //!
 //! Kernels: AVX-512 VNNI (`vpdpbusd`), AVX2 (`vpsignb` sign trick + `vpmaddubsw` + `vpmaddwd`, codes
-//! kept in ±127 so the i16 pair sums cannot saturate), scalar. Chosen at run time ([`Isa::detect`]).
-//! aarch64 NEON dotprod/i8mm kernels are not written yet: on aarch64 the scalar kernel runs.
+//! kept in ±127 so the i16 pair sums cannot saturate), aarch64 NEON `sdot` and i8mm `smmla`
+//! ([`super::int8_aarch64`], over an aarch64 *oct* layout `[panel][kp/8][row 0..16][8]`, see
+//! [`Layout`]), scalar. Chosen at run time ([`Isa::detect`]); each target compiles only its own
+//! SIMD code (`cfg(target_arch)`).
 //!
 //! Measured (AMD EPYC Zen 4 KVM guest, 1 thread, load avg ~3.8 on 2 cores, dev profile, 4096×4096,
 //! `bench/run kernels --quick`): VNNI per-row 376 GOP/s at m = 64 (0.82 of the 461 GOP/s `vpdpbusd`
@@ -27,6 +29,7 @@ use rayon::prelude::*;
 
 use crate::model::tensor::DType;
 
+use super::int8_aarch64 as a64;
 use super::quant::dequantize_into;
 
 /// Output rows per packed panel (one zmm of i32 lanes).
@@ -39,6 +42,35 @@ pub enum ScaleGroup {
     PerRow,
     /// One scale per 32 consecutive k (GGUF block structure; Q8_0 and Q4_0 map onto it exactly).
     Block32,
+}
+
+/// Byte order of codes inside a 16-row panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Layout {
+    /// `[kp/4][row 0..16][4]`: the `vpdpbusd` operand (x86 kernels).
+    Quad4,
+    /// `[kp/8][row 0..16][8]`: the `smmla` operand, also read by the `sdot` kernel (aarch64).
+    Oct8,
+}
+
+impl Layout {
+    /// The layout this target's SIMD kernels read (the scalar kernel reads both).
+    pub fn native() -> Layout {
+        if cfg!(target_arch = "aarch64") {
+            Layout::Oct8
+        } else {
+            Layout::Quad4
+        }
+    }
+
+    /// Offset of (panel row `r`, k index `t`) inside one panel.
+    #[inline]
+    pub fn offset(self, r: usize, t: usize) -> usize {
+        match self {
+            Layout::Quad4 => (t / 4) * PANEL * 4 + r * 4 + t % 4,
+            Layout::Oct8 => a64::oct_offset(r, t),
+        }
+    }
 }
 
 /// Int8 weights in the kernels' panel layout (see the module docs).
@@ -54,6 +86,8 @@ pub struct Int8Weights {
     pub group: usize,
     /// Storage type the weights came from (reporting only).
     pub source: DType,
+    /// Code order inside a panel.
+    pub layout: Layout,
     data: Vec<i8>,
     scales: Vec<f32>,
     comp: Vec<f32>,
@@ -76,8 +110,20 @@ impl Int8Weights {
     }
 
     /// Packs rows given as codes and scales: `row(j, codes[kp], scales[n_groups])` fills row `j`
-    /// (codes beyond `k` must stay 0; codes are clamped to ±127).
+    /// (codes beyond `k` must stay 0; codes are clamped to ±127), in this target's native layout.
     pub fn pack(
+        n: usize,
+        k: usize,
+        group: ScaleGroup,
+        source: DType,
+        row: impl Fn(usize, &mut [i8], &mut [f32]) + Sync,
+    ) -> Self {
+        Self::pack_with_layout(Layout::native(), n, k, group, source, row)
+    }
+
+    /// As [`Int8Weights::pack`] in a given layout (tests run both layouts on every target).
+    pub fn pack_with_layout(
+        layout: Layout,
         n: usize,
         k: usize,
         group: ScaleGroup,
@@ -111,7 +157,7 @@ impl Int8Weights {
                         for t in g * group..(g + 1) * group {
                             // -128 would overflow the AVX2 sign trick; all our quantisers stay in ±127.
                             let v = q[t].max(-127);
-                            d[(t / 4) * PANEL * 4 + r * 4 + t % 4] = v;
+                            d[layout.offset(r, t)] = v;
                             sum += v as i32;
                         }
                         s[g * PANEL + r] = sg;
@@ -120,7 +166,7 @@ impl Int8Weights {
                     c[r] = cr as f32;
                 }
             });
-        Int8Weights { n, k, kp, group, source, data, scales, comp }
+        Int8Weights { n, k, kp, group, source, layout, data, scales, comp }
     }
 
     /// Quantises f32 rows (`row(j, out[k])`) to int8 codes with absmax scales per group.
@@ -182,7 +228,7 @@ impl Int8Weights {
     /// Code and scale of element (j, t) (gathers across the panel layout).
     fn code(&self, j: usize, t: usize) -> (i8, f32) {
         let (p, r) = (j / PANEL, j % PANEL);
-        let q = self.data[p * self.kp * PANEL + (t / 4) * PANEL * 4 + r * 4 + t % 4];
+        let q = self.data[p * self.kp * PANEL + self.layout.offset(r, t)];
         let s = self.scales[p * self.n_groups() * PANEL + (t / self.group) * PANEL + r];
         (q, s)
     }
@@ -234,6 +280,10 @@ pub enum Isa {
     Avx2,
     /// AVX-512 VNNI `vpdpbusd`.
     Avx512Vnni,
+    /// aarch64 NEON dot product `sdot` (FEAT_DotProd).
+    NeonDot,
+    /// aarch64 int8 matrix multiply `smmla` (FEAT_I8MM).
+    NeonI8mm,
 }
 
 impl Isa {
@@ -249,12 +299,28 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            Isa::NeonDot => a64::dot_available(),
+            Isa::NeonI8mm => a64::i8mm_available(),
             #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
+            Isa::Avx2 | Isa::Avx512Vnni => false,
         }
     }
 
-    /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni` narrows it).
+    /// The panel layout this ISA's kernel reads (`None`: any).
+    pub fn layout(self) -> Option<Layout> {
+        match self {
+            Isa::Scalar => None,
+            Isa::Avx2 | Isa::Avx512Vnni => Some(Layout::Quad4),
+            Isa::NeonDot | Isa::NeonI8mm => Some(Layout::Oct8),
+        }
+    }
+
+    /// Whether this ISA's kernel can run here on weights of `layout`.
+    pub fn runs_on(self, layout: Layout) -> bool {
+        self.available() && self.layout().is_none_or(|l| l == layout)
+    }
+
+    /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni|dotprod|i8mm` narrows it).
     pub fn detect() -> Isa {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
@@ -263,12 +329,17 @@ impl Isa {
                 Some("scalar") => Some(Isa::Scalar),
                 Some("avx2") => Some(Isa::Avx2),
                 Some("vnni") => Some(Isa::Avx512Vnni),
+                Some("dotprod") => Some(Isa::NeonDot),
+                Some("i8mm") => Some(Isa::NeonI8mm),
                 _ => None,
             };
             if let Some(i) = forced.filter(|i| i.available()) {
                 return i;
             }
-            [Isa::Avx512Vnni, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
+            [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonI8mm, Isa::NeonDot]
+                .into_iter()
+                .find(|i| i.available())
+                .unwrap_or(Isa::Scalar)
         })
     }
 }
@@ -343,9 +414,10 @@ pub fn gemm(w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
     gemm_with(Isa::detect(), w, x, m, y)
 }
 
-/// As [`gemm`] with a given ISA (falls back to scalar when unavailable).
+/// As [`gemm`] with a given ISA (falls back to scalar when unavailable or when the weights are in
+/// another layout than the ISA's kernel reads).
 pub fn gemm_with(isa: Isa, w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
-    let isa = if isa.available() { isa } else { Isa::Scalar };
+    let isa = if isa.runs_on(w.layout) { isa } else { Isa::Scalar };
     let xq = QuantizedRows::from_f32(x, m, w.k, w.kp, isa);
     gemm_quantized(w, &xq, m, y);
 }
@@ -364,9 +436,14 @@ const TASK_PANELS: usize = 2;
 pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f32]) {
     assert_eq!(xq.kp, w.kp, "activation padding must match the weights");
     assert!(xq.data.len() >= m * w.kp && xq.scales.len() >= m && y.len() >= m * w.n);
-    let isa = if xq.isa.available() { xq.isa } else { Isa::Scalar };
-    assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need VNNI");
     let np = w.n_panels();
+    let isa = if xq.isa.runs_on(w.layout) { xq.isa } else { Isa::Scalar };
+    assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need the VNNI kernel");
+    let panels = a64::Panels { data: &w.data, scales: &w.scales, n: w.n, kp: w.kp, group: w.group };
+    let rows = a64::Rows { data: &xq.data, scales: &xq.scales, kp: xq.kp };
+    if matches!(isa, Isa::NeonDot | Isa::NeonI8mm) {
+        assert!(a64::shapes_ok(&panels, &rows, m, 0, np, y.len()), "aarch64 kernel operands do not fit");
+    }
     let out = OutPtr(y.as_mut_ptr());
     // Columns are split across threads: each task owns a 32-column strip of y and streams only its
     // weight panels, which stay in L2 while every row tile of x passes over them.
@@ -382,7 +459,14 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa.available()` confirmed AVX2; buffers were size-checked above.
             Isa::Avx2 => unsafe { x86::avx2_panels(w, xq, m, p0, p1, out.0) },
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `isa.runs_on` confirmed NEON + dotprod and the oct layout; `shapes_ok` held.
+            Isa::NeonDot => unsafe { a64::dot_panels(&panels, &rows, m, p0, p1, out.0) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `isa.runs_on` confirmed NEON + i8mm and the oct layout; `shapes_ok` held.
+            Isa::NeonI8mm => unsafe { a64::i8mm_panels(&panels, &rows, m, p0, p1, out.0) },
+            // Unreachable: `runs_on` is false for another target's ISA.
+            #[allow(unreachable_patterns)]
             _ => scalar_panels(w, xq, m, p0, p1, out.0),
         }
     });
@@ -390,7 +474,7 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
 
 /// Scalar kernel over the packed layout (what the SIMD kernels compute, lane by lane).
 fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
-    let (kp, ng, g) = (w.kp, w.n_groups(), w.group);
+    let (kp, ng, g, layout) = (w.kp, w.n_groups(), w.group, w.layout);
     for p in p0..p1 {
         let d = &w.data[p * kp * PANEL..(p + 1) * kp * PANEL];
         let s = &w.scales[p * ng * PANEL..(p + 1) * ng * PANEL];
@@ -402,7 +486,7 @@ fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: u
                 for gi in 0..ng {
                     let mut sum = 0i32;
                     for t in gi * g..(gi + 1) * g {
-                        sum += (x[t] as i8) as i32 * d[(t / 4) * PANEL * 4 + r * 4 + t % 4] as i32;
+                        sum += (x[t] as i8) as i32 * d[layout.offset(r, t)] as i32;
                     }
                     acc += sum as f32 * s[gi * PANEL + r];
                 }
@@ -584,8 +668,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn isas() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()).collect()
+    const LAYOUTS: [Layout; 2] = [Layout::Quad4, Layout::Oct8];
+
+    /// Every ISA that can run here on weights of `layout` (always includes scalar).
+    fn isas(layout: Layout) -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::NeonDot, Isa::NeonI8mm]
+            .into_iter()
+            .filter(|i| i.runs_on(layout))
+            .collect()
     }
 
     /// Deterministic codes in ±127 from a seed.
@@ -596,10 +686,10 @@ mod tests {
             .collect()
     }
 
-    fn packed(n: usize, k: usize, group: ScaleGroup, qw: &[i8], sw: &[f32]) -> Int8Weights {
+    fn packed(layout: Layout, n: usize, k: usize, group: ScaleGroup, qw: &[i8], sw: &[f32]) -> Int8Weights {
         let kp = k.div_ceil(32) * 32;
         let ng = if group == ScaleGroup::PerRow { 1 } else { kp / 32 };
-        Int8Weights::pack(n, k, group, DType::F32, |j, q, s| {
+        Int8Weights::pack_with_layout(layout, n, k, group, DType::F32, |j, q, s| {
             q[..k].copy_from_slice(&qw[j * k..(j + 1) * k]);
             s.copy_from_slice(&sw[j * ng..(j + 1) * ng]);
         })
@@ -631,13 +721,15 @@ mod tests {
             let ng = if per_row { 1 } else { kp / 32 };
             let qw = codes(n * k, seed);
             let qx = codes(m * k, seed + 1);
-            let w = packed(n, k, group, &qw, &vec![1.0; n * ng]);
             let qxp = pad(&qx, m, k, kp);
-            let mut want = vec![0.0f32; m * n];
-            reference_gemm(&qxp, &vec![1.0; m], m, &pad(&qw, n, k, kp), &vec![1.0; n * ng], n, kp, w.group, &mut want);
-            for isa in isas() {
-                let got = run(isa, &w, &qxp, &vec![1.0; m], m);
-                prop_assert_eq!(&got, &want, "{:?}", isa);
+            for layout in LAYOUTS {
+                let w = packed(layout, n, k, group, &qw, &vec![1.0; n * ng]);
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qxp, &vec![1.0; m], m, &pad(&qw, n, k, kp), &vec![1.0; n * ng], n, kp, w.group, &mut want);
+                for isa in isas(layout) {
+                    let got = run(isa, &w, &qxp, &vec![1.0; m], m);
+                    prop_assert_eq!(&got, &want, "{:?} {:?}", isa, layout);
+                }
             }
         }
 
@@ -651,15 +743,17 @@ mod tests {
             let qx = codes(m * k, seed + 5);
             let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
             let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
-            let w = packed(n, k, group, &qw, &sw);
             let qxp = pad(&qx, m, k, kp);
-            let mut want = vec![0.0f32; m * n];
-            reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
-            let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
-            for isa in isas() {
-                let got = run(isa, &w, &qxp, &sx, m);
-                for (a, b) in got.iter().zip(&want) {
-                    prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?}: {} vs {}", isa, a, b);
+            for layout in LAYOUTS {
+                let w = packed(layout, n, k, group, &qw, &sw);
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
+                let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
+                for isa in isas(layout) {
+                    let got = run(isa, &w, &qxp, &sx, m);
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?} {:?}: {} vs {}", isa, layout, a, b);
+                    }
                 }
             }
         }
@@ -671,7 +765,7 @@ mod tests {
             let wf: Vec<f32> = (0..n * k).map(|i| f(i, seed)).collect();
             let x: Vec<f32> = (0..m * k).map(|i| f(i, seed + 3)).collect();
             let w = Int8Weights::from_f32_rows(n, k, ScaleGroup::Block32, DType::F32, |j, o| o.copy_from_slice(&wf[j * k..(j + 1) * k]));
-            for isa in isas() {
+            for isa in isas(w.layout) {
                 let mut y = vec![0.0f32; m * n];
                 gemm_with(isa, &w, &x, m, &mut y);
                 for i in 0..m {
@@ -682,6 +776,33 @@ mod tests {
                         prop_assert!((y[i * n + j] - exact).abs() <= bound, "{:?}", isa);
                     }
                 }
+            }
+        }
+    }
+
+    /// Asking for any ISA on weights of any layout gives the exact result: a kernel never reads
+    /// weights packed for another one (it falls back to scalar), and on its own layout it is exact.
+    #[test]
+    fn any_isa_on_any_layout_is_exact() {
+        let (m, n, k) = (3, 20, 64);
+        let qw = codes(n * k, 7);
+        let mut qx = codes(m * k, 8);
+        // A ±127 in every row makes the per-row requantisation of `x` below the identity.
+        for i in 0..m {
+            qx[i * k] = 127;
+        }
+        let want = {
+            let mut y = vec![0.0f32; m * n];
+            reference_gemm(&qx, &[1.0; 3], m, &qw, &vec![1.0; n], n, k, k, &mut y);
+            y
+        };
+        for layout in LAYOUTS {
+            let w = packed(layout, n, k, ScaleGroup::PerRow, &qw, &vec![1.0; n]);
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::NeonDot, Isa::NeonI8mm] {
+                let mut y = vec![f32::NAN; m * n];
+                let x: Vec<f32> = qx.iter().map(|&v| v as f32).collect();
+                gemm_with(isa, &w, &x, m, &mut y);
+                assert_eq!(y, want, "{isa:?} on {layout:?}");
             }
         }
     }
