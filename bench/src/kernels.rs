@@ -86,6 +86,16 @@ pub fn run(quick: bool) -> Result<Value> {
             }
         }
         let WeightStorage::Int8Packed(q8w) = &q8.storage else { anyhow::bail!("Q8_0 did not repack to int8") };
+        // Q4_0 read directly as 4-bit codes (no int8 expansion), where a kernel for it exists.
+        let q4_int4 = match &q4.storage {
+            WeightStorage::Int8Packed(w) if w.nibbles => Some(w.as_ref().clone()),
+            WeightStorage::Int8Packed(w) => w.as_ref().clone().into_nibbles(),
+            _ => None,
+        }
+        .filter(|w| isa.runs(w));
+        if let Some(w) = &q4_int4 {
+            bpw.insert("q4_0_int4".into(), json!(w.bytes() as f64 / per));
+        }
         for &m in ms {
             let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32(1.0)).collect();
             let mut y = vec![0.0f32; m * n];
@@ -101,6 +111,9 @@ pub fn run(quick: bool) -> Result<Value> {
             let g_i8 = put("int8_per_row", time(reps, budget, || int8_row.forward(&x, m, &mut y)));
             let g_q8 = put("q8_0", time(reps, budget, || q8.forward(&x, m, &mut y)));
             put("q4_0", time(reps, budget, || q4.forward(&x, m, &mut y)));
+            if let Some(w) = &q4_int4 {
+                put("q4_0_int4", time(reps, budget, || int8::gemm(w, &x, m, &mut y)));
+            }
             put("q4_k", time(reps, budget, || q4k.forward(&x, m, &mut y)));
             if Isa::Avx2.available() {
                 put("q8_0_avx2", time(reps, budget, || int8::gemm_with(Isa::Avx2, q8w, &x, m, &mut y)));
@@ -148,6 +161,7 @@ pub fn run(quick: bool) -> Result<Value> {
         "results": results,
         "load_avg_before": load_before,
         "notes": "shapes are k_in×n_out; rates are 2·m·k·n/best time; int8 kernels include per-call activation quantisation; \
-                  q4_0/q4_k are repacked to int8 at load (Q4_0 exactly, Q4_K requantised per 32), so they run the q8_0 kernel",
+                  q4_k is repacked to int8 at load (requantised per 32) and runs the q8_0 kernel; q4_0 runs as loaded by \
+                  KernelChoice::Auto, q4_0_int4 reads 4-bit codes directly (VNNI only)",
     }))
 }

@@ -88,6 +88,9 @@ pub struct Int8Weights {
     pub source: DType,
     /// Code order inside a panel.
     pub layout: Layout,
+    /// 4-bit form ([`Int8Weights::into_nibbles`]): two codes per byte, read directly by the VNNI
+    /// kernel (and the scalar one) without repacking to int8.
+    pub nibbles: bool,
     data: Vec<i8>,
     scales: Vec<f32>,
     comp: Vec<f32>,
@@ -166,7 +169,7 @@ impl Int8Weights {
                     c[r] = cr as f32;
                 }
             });
-        Int8Weights { n, k, kp, group, source, layout, data, scales, comp }
+        Int8Weights { n, k, kp, group, source, layout, nibbles: false, data, scales, comp }
     }
 
     /// Quantises f32 rows (`row(j, out[k])`) to int8 codes with absmax scales per group.
@@ -225,12 +228,54 @@ impl Int8Weights {
         })
     }
 
+    /// Code bytes per panel.
+    fn panel_bytes(&self) -> usize {
+        if self.nibbles {
+            self.kp * PANEL / 2
+        } else {
+            self.kp * PANEL
+        }
+    }
+
+    /// Code of (panel `p`, panel row `r`, k index `t`).
+    #[inline]
+    fn code_in_panel(&self, p: usize, r: usize, t: usize) -> i8 {
+        let base = p * self.panel_bytes();
+        if self.nibbles {
+            // Oct o of k holds quad 2o in the low and quad 2o+1 in the high nibbles, +8 biased.
+            let b = self.data[base + (t / 8) * PANEL * 4 + r * 4 + t % 4] as u8;
+            let v = if (t / 4) % 2 == 0 { b & 0x0F } else { b >> 4 };
+            v as i8 - 8
+        } else {
+            self.data[base + self.layout.offset(r, t)]
+        }
+    }
+
     /// Code and scale of element (j, t) (gathers across the panel layout).
     fn code(&self, j: usize, t: usize) -> (i8, f32) {
         let (p, r) = (j / PANEL, j % PANEL);
-        let q = self.data[p * self.kp * PANEL + self.layout.offset(r, t)];
+        let q = self.code_in_panel(p, r, t);
         let s = self.scales[p * self.n_groups() * PANEL + (t / self.group) * PANEL + r];
         (q, s)
+    }
+
+    /// The 4-bit form of these weights: `None` unless they are `Quad4` with every code in
+    /// [-8, 7] (Q4_0 repacks exactly so). Halves the code bytes (0.625 bytes per weight with the
+    /// block-32 f32 scales, against 1.125 as int8); scales and compensation are unchanged.
+    pub fn into_nibbles(self) -> Option<Self> {
+        if self.nibbles || self.layout != Layout::Quad4 || self.data.iter().any(|&q| !(-8..=7).contains(&q)) {
+            return None;
+        }
+        let quad = PANEL * 4;
+        let mut data = vec![0i8; self.data.len() / 2];
+        data.par_chunks_mut(quad).zip(self.data.par_chunks(2 * quad)).for_each(|(out, pair)| {
+            for (i, o) in out.iter_mut().enumerate() {
+                let lo = (pair[i] + 8) as u8;
+                let hi = (pair[quad + i] + 8) as u8;
+                *o = (lo | (hi << 4)) as i8;
+            }
+        });
+        Some(Int8Weights { nibbles: true, data, ..self })
     }
 
     /// Dequantised row `j` into `out[k]` (embedding lookups, references).
@@ -315,9 +360,12 @@ impl Isa {
         }
     }
 
-    /// Whether this ISA's kernel can run here on weights of `layout`.
-    pub fn runs_on(self, layout: Layout) -> bool {
-        self.available() && self.layout().is_none_or(|l| l == layout)
+    /// Whether this ISA's kernel can run here on `w` (its layout, and 4-bit codes: VNNI and
+    /// scalar only).
+    pub fn runs(self, w: &Int8Weights) -> bool {
+        self.available()
+            && self.layout().is_none_or(|l| l == w.layout)
+            && (!w.nibbles || matches!(self, Isa::Scalar | Isa::Avx512Vnni))
     }
 
     /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni|dotprod|i8mm` narrows it).
@@ -417,7 +465,7 @@ pub fn gemm(w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
 /// As [`gemm`] with a given ISA (falls back to scalar when unavailable or when the weights are in
 /// another layout than the ISA's kernel reads).
 pub fn gemm_with(isa: Isa, w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
-    let isa = if isa.runs_on(w.layout) { isa } else { Isa::Scalar };
+    let isa = if isa.runs(w) { isa } else { Isa::Scalar };
     let xq = QuantizedRows::from_f32(x, m, w.k, w.kp, isa);
     gemm_quantized(w, &xq, m, y);
 }
@@ -437,7 +485,7 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
     assert_eq!(xq.kp, w.kp, "activation padding must match the weights");
     assert!(xq.data.len() >= m * w.kp && xq.scales.len() >= m && y.len() >= m * w.n);
     let np = w.n_panels();
-    let isa = if xq.isa.runs_on(w.layout) { xq.isa } else { Isa::Scalar };
+    let isa = if xq.isa.runs(w) { xq.isa } else { Isa::Scalar };
     assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need the VNNI kernel");
     let panels = a64::Panels { data: &w.data, scales: &w.scales, n: w.n, kp: w.kp, group: w.group };
     let rows = a64::Rows { data: &xq.data, scales: &xq.scales, kp: xq.kp };
@@ -460,12 +508,12 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
             // SAFETY: `isa.available()` confirmed AVX2; buffers were size-checked above.
             Isa::Avx2 => unsafe { x86::avx2_panels(w, xq, m, p0, p1, out.0) },
             #[cfg(target_arch = "aarch64")]
-            // SAFETY: `isa.runs_on` confirmed NEON + dotprod and the oct layout; `shapes_ok` held.
+            // SAFETY: `isa.runs` confirmed NEON + dotprod and the oct layout; `shapes_ok` held.
             Isa::NeonDot => unsafe { a64::dot_panels(&panels, &rows, m, p0, p1, out.0) },
             #[cfg(target_arch = "aarch64")]
-            // SAFETY: `isa.runs_on` confirmed NEON + i8mm and the oct layout; `shapes_ok` held.
+            // SAFETY: `isa.runs` confirmed NEON + i8mm and the oct layout; `shapes_ok` held.
             Isa::NeonI8mm => unsafe { a64::i8mm_panels(&panels, &rows, m, p0, p1, out.0) },
-            // Unreachable: `runs_on` is false for another target's ISA.
+            // Unreachable: `runs` is false for another target's ISA.
             #[allow(unreachable_patterns)]
             _ => scalar_panels(w, xq, m, p0, p1, out.0),
         }
@@ -474,9 +522,8 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
 
 /// Scalar kernel over the packed layout (what the SIMD kernels compute, lane by lane).
 fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
-    let (kp, ng, g, layout) = (w.kp, w.n_groups(), w.group, w.layout);
+    let (kp, ng, g) = (w.kp, w.n_groups(), w.group);
     for p in p0..p1 {
-        let d = &w.data[p * kp * PANEL..(p + 1) * kp * PANEL];
         let s = &w.scales[p * ng * PANEL..(p + 1) * ng * PANEL];
         for r in 0..PANEL.min(w.n - p * PANEL) {
             let j = p * PANEL + r;
@@ -486,7 +533,7 @@ fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: u
                 for gi in 0..ng {
                     let mut sum = 0i32;
                     for t in gi * g..(gi + 1) * g {
-                        sum += (x[t] as i8) as i32 * d[layout.offset(r, t)] as i32;
+                        sum += (x[t] as i8) as i32 * w.code_in_panel(p, r, t) as i32;
                     }
                     acc += sum as f32 * s[gi * PANEL + r];
                 }
@@ -518,7 +565,8 @@ mod x86 {
             macro_rules! go {
                 ($($a:literal, $b:literal);*) => {
                     match (mr, np) {
-                        $(($a, $b) => vnni_tile::<$a, $b>(w, xq, i, p0, y),)*
+                        $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true>(w, xq, i, p0, y),
+                          ($a, $b) => vnni_tile::<$a, $b, false>(w, xq, i, p0, y),)*
                         _ => unreachable!(),
                     }
                 };
@@ -534,7 +582,10 @@ mod x86 {
     /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
     /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni_tile<const MR: usize, const NP: usize>(
+    ///
+    /// `NIB`: 4-bit codes (+8 biased, quad 2o low / 2o+1 high nibbles of 64-byte oct o), unpacked in
+    /// registers (`and`, `srli`, `sub`) and then used exactly like the int8 codes.
+    unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool>(
         w: &Int8Weights,
         xq: &QuantizedRows,
         i0: usize,
@@ -543,7 +594,9 @@ mod x86 {
     ) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let pstride = kp * PANEL;
+        let pstride = if NIB { kp * PANEL / 2 } else { kp * PANEL };
+        let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+        let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
         let mut wp = w.data.as_ptr().wrapping_add(p0 * pstride);
         let sb = w.scales.as_ptr().wrapping_add(p0 * ng * PANEL);
         let mut xr = [xq.data.as_ptr(); MR];
@@ -553,18 +606,27 @@ mod x86 {
         let mut facc = [[_mm512_setzero_ps(); NP]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
-            for _ in 0..quads {
-                let mut wv = [_mm512_setzero_si512(); NP];
-                for (p, v) in wv.iter_mut().enumerate() {
-                    // SAFETY: panel p0+p < n_panels and the current quad < kp/4: 64 bytes inside `data`.
-                    *v = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
+            for _ in 0..steps {
+                let mut wv = [[_mm512_setzero_si512(); NP]; 2];
+                for p in 0..NP {
+                    // SAFETY: panel p0+p < n_panels and the current quad (int8) or oct (4-bit)
+                    // < kp/4 or kp/8: 64 bytes inside `data`.
+                    let raw = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
+                    if NIB {
+                        wv[0][p] = _mm512_sub_epi8(_mm512_and_si512(raw, low4), eight);
+                        wv[1][p] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), eight);
+                    } else {
+                        wv[0][p] = raw;
+                    }
                 }
-                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
-                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
-                    let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
-                    *x = x.wrapping_add(4);
-                    for p in 0..NP {
-                        acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wv[p]);
+                for wq in wv.iter().take(subs) {
+                    for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                        // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
+                        let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                        *x = x.wrapping_add(4);
+                        for p in 0..NP {
+                            acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wq[p]);
+                        }
                     }
                 }
                 wp = wp.wrapping_add(64);
@@ -670,11 +732,11 @@ mod tests {
 
     const LAYOUTS: [Layout; 2] = [Layout::Quad4, Layout::Oct8];
 
-    /// Every ISA that can run here on weights of `layout` (always includes scalar).
-    fn isas(layout: Layout) -> Vec<Isa> {
+    /// Every ISA that can run here on `w` (always includes scalar).
+    fn isas(w: &Int8Weights) -> Vec<Isa> {
         [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::NeonDot, Isa::NeonI8mm]
             .into_iter()
-            .filter(|i| i.runs_on(layout))
+            .filter(|i| i.runs(w))
             .collect()
     }
 
@@ -726,7 +788,7 @@ mod tests {
                 let w = packed(layout, n, k, group, &qw, &vec![1.0; n * ng]);
                 let mut want = vec![0.0f32; m * n];
                 reference_gemm(&qxp, &vec![1.0; m], m, &pad(&qw, n, k, kp), &vec![1.0; n * ng], n, kp, w.group, &mut want);
-                for isa in isas(layout) {
+                for isa in isas(&w) {
                     let got = run(isa, &w, &qxp, &vec![1.0; m], m);
                     prop_assert_eq!(&got, &want, "{:?} {:?}", isa, layout);
                 }
@@ -749,10 +811,39 @@ mod tests {
                 let mut want = vec![0.0f32; m * n];
                 reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
                 let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
-                for isa in isas(layout) {
+                for isa in isas(&w) {
                     let got = run(isa, &w, &qxp, &sx, m);
                     for (a, b) in got.iter().zip(&want) {
                         prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?} {:?}: {} vs {}", isa, layout, a, b);
+                    }
+                }
+            }
+        }
+
+        /// 4-bit codes read directly (VNNI and scalar): exact integer sums with unit scales, and
+        /// the same outputs as the int8 form of the same weights with random scales.
+        #[test]
+        fn nibble_weights_match_reference(m in 1usize..20, n in 1usize..70, k in 1usize..300, per_row in any::<bool>(), seed in 0u64..1000) {
+            let group = if per_row { ScaleGroup::PerRow } else { ScaleGroup::Block32 };
+            let kp = k.div_ceil(32) * 32;
+            let ng = if per_row { 1 } else { kp / 32 };
+            let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| (v as i32).rem_euclid(16) as i8 - 8).collect();
+            let qx = pad(&codes(m * k, seed + 2), m, k, kp);
+            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
+            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            for unit in [true, false] {
+                let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
+                let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
+                let w4 = w8.clone().into_nibbles().expect("codes are in [-8, 7]");
+                prop_assert!(w4.nibbles && w4.bytes() < w8.bytes());
+                prop_assert_eq!(w4.unpack(), w8.unpack());
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qx, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w8.group, &mut want);
+                let tol = if unit { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
+                for isa in isas(&w4) {
+                    let got = run(isa, &w4, &qx, &sx, m);
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= tol, "{:?} unit={}: {} vs {}", isa, unit, a, b);
                     }
                 }
             }
@@ -765,7 +856,7 @@ mod tests {
             let wf: Vec<f32> = (0..n * k).map(|i| f(i, seed)).collect();
             let x: Vec<f32> = (0..m * k).map(|i| f(i, seed + 3)).collect();
             let w = Int8Weights::from_f32_rows(n, k, ScaleGroup::Block32, DType::F32, |j, o| o.copy_from_slice(&wf[j * k..(j + 1) * k]));
-            for isa in isas(w.layout) {
+            for isa in isas(&w) {
                 let mut y = vec![0.0f32; m * n];
                 gemm_with(isa, &w, &x, m, &mut y);
                 for i in 0..m {
@@ -805,6 +896,15 @@ mod tests {
                 assert_eq!(y, want, "{isa:?} on {layout:?}");
             }
         }
+    }
+
+    #[test]
+    fn nibbles_need_4_bit_codes_and_quad_layout() {
+        let qw = vec![8i8; 4 * 32];
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_none());
+        let qw = vec![-8i8; 4 * 32];
+        assert!(packed(Layout::Oct8, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_none());
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_some());
     }
 
     #[test]
