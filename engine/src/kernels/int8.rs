@@ -88,8 +88,8 @@ pub struct Int8Weights {
     pub source: DType,
     /// Code order inside a panel.
     pub layout: Layout,
-    /// 4-bit form ([`Int8Weights::into_nibbles`]): two codes per byte, read directly by the VNNI
-    /// kernel (and the scalar one) without repacking to int8.
+    /// 4-bit form ([`Int8Weights::into_nibbles`]): two codes per byte, read directly by the VNNI,
+    /// AVX2 and scalar kernels without repacking to int8.
     pub nibbles: bool,
     data: Vec<i8>,
     scales: Vec<f32>,
@@ -259,12 +259,12 @@ impl Int8Weights {
         (q, s)
     }
 
-    /// The 4-bit form of these weights: `None` unless they are `Quad4` with every code in
-    /// [-8, 7] (Q4_0 repacks exactly so). Halves the code bytes (0.625 bytes per weight with the
+    /// The 4-bit form of these weights; `Err(self)` unchanged unless they are `Quad4` with every
+    /// code in [-8, 7] (Q4_0 repacks exactly so). Halves the code bytes (0.625 bytes per weight with the
     /// block-32 f32 scales, against 1.125 as int8); scales and compensation are unchanged.
-    pub fn into_nibbles(self) -> Option<Self> {
+    pub fn into_nibbles(self) -> Result<Self, Self> {
         if self.nibbles || self.layout != Layout::Quad4 || self.data.iter().any(|&q| !(-8..=7).contains(&q)) {
-            return None;
+            return Err(self);
         }
         let quad = PANEL * 4;
         let mut data = vec![0i8; self.data.len() / 2];
@@ -275,7 +275,7 @@ impl Int8Weights {
                 *o = (lo | (hi << 4)) as i8;
             }
         });
-        Some(Int8Weights { nibbles: true, data, ..self })
+        Ok(Int8Weights { nibbles: true, data, ..self })
     }
 
     /// Dequantised row `j` into `out[k]` (embedding lookups, references).
@@ -360,12 +360,12 @@ impl Isa {
         }
     }
 
-    /// Whether this ISA's kernel can run here on `w` (its layout, and 4-bit codes: VNNI and
-    /// scalar only).
+    /// Whether this ISA's kernel can run here on `w` (its layout, and 4-bit codes: x86 kernels
+    /// and scalar only).
     pub fn runs(self, w: &Int8Weights) -> bool {
         self.available()
             && self.layout().is_none_or(|l| l == w.layout)
-            && (!w.nibbles || matches!(self, Isa::Scalar | Isa::Avx512Vnni))
+            && (!w.nibbles || matches!(self, Isa::Scalar | Isa::Avx2 | Isa::Avx512Vnni))
     }
 
     /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni|dotprod|i8mm` narrows it).
@@ -662,9 +662,12 @@ mod x86 {
             while i < m {
                 let mr = (m - i).min(MR_AVX2);
                 match mr {
-                    1 => avx2_tile::<1>(w, xq, i, p, y),
-                    2 => avx2_tile::<2>(w, xq, i, p, y),
-                    _ => avx2_tile::<3>(w, xq, i, p, y),
+                    1 if w.nibbles => avx2_tile::<1, true>(w, xq, i, p, y),
+                    2 if w.nibbles => avx2_tile::<2, true>(w, xq, i, p, y),
+                    _ if w.nibbles => avx2_tile::<3, true>(w, xq, i, p, y),
+                    1 => avx2_tile::<1, false>(w, xq, i, p, y),
+                    2 => avx2_tile::<2, false>(w, xq, i, p, y),
+                    _ => avx2_tile::<3, false>(w, xq, i, p, y),
                 }
                 i += mr;
             }
@@ -674,10 +677,19 @@ mod x86 {
     /// One MR×16 tile with the sign trick: |x| (u8) × (w with x's sign) (i8) stays within i16.
     /// Loads use `lddqu` (an LLVM intrinsic, free of debug-build checks; see `vnni_tile`).
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2_tile<const MR: usize>(w: &Int8Weights, xq: &QuantizedRows, i0: usize, p: usize, y: *mut f32) {
+    /// `NIB`: 4-bit codes, unpacked in registers as in `vnni_tile`.
+    unsafe fn avx2_tile<const MR: usize, const NIB: bool>(
+        w: &Int8Weights,
+        xq: &QuantizedRows,
+        i0: usize,
+        p: usize,
+        y: *mut f32,
+    ) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let mut wp = w.data.as_ptr().wrapping_add(p * kp * PANEL);
+        let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
+        let (low4, eight) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
+        let mut wp = w.data.as_ptr().wrapping_add(p * w.panel_bytes());
         let sb = w.scales.as_ptr().wrapping_add(p * ng * PANEL);
         let mut xr = [xq.data.as_ptr(); MR];
         for (r, x) in xr.iter_mut().enumerate() {
@@ -687,20 +699,37 @@ mod x86 {
         let mut facc = [[_mm256_setzero_ps(); 2]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm256_setzero_si256(); 2]; MR];
-            for _ in 0..quads {
-                // SAFETY: the current 64-byte k-quad of panel p lies inside `data`.
-                let w0 = _mm256_lddqu_si256(wp as *const __m256i);
-                let w1 = _mm256_lddqu_si256(wp.wrapping_add(32) as *const __m256i);
+            for _ in 0..steps {
+                // SAFETY: the current 64-byte k-quad (int8) or k-oct (4-bit) of panel p lies inside `data`.
+                let r0 = _mm256_lddqu_si256(wp as *const __m256i);
+                let r1 = _mm256_lddqu_si256(wp.wrapping_add(32) as *const __m256i);
                 wp = wp.wrapping_add(64);
-                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
-                    // SAFETY: row i0+r < m and the current quad < kp/4.
-                    let xv = _mm256_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
-                    *x = x.wrapping_add(4);
-                    let ax = _mm256_abs_epi8(xv);
-                    let d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones);
-                    let d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones);
-                    acc[0] = _mm256_add_epi32(acc[0], d0);
-                    acc[1] = _mm256_add_epi32(acc[1], d1);
+                let wv = if NIB {
+                    macro_rules! lo {
+                        ($v:expr) => {
+                            _mm256_sub_epi8(_mm256_and_si256($v, low4), eight)
+                        };
+                    }
+                    macro_rules! hi {
+                        ($v:expr) => {
+                            _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16($v, 4), low4), eight)
+                        };
+                    }
+                    [[lo!(r0), lo!(r1)], [hi!(r0), hi!(r1)]]
+                } else {
+                    [[r0, r1], [r0, r1]]
+                };
+                for [w0, w1] in wv.into_iter().take(subs) {
+                    for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                        // SAFETY: row i0+r < m and the current quad < kp/4.
+                        let xv = _mm256_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                        *x = x.wrapping_add(4);
+                        let ax = _mm256_abs_epi8(xv);
+                        let d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones);
+                        let d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones);
+                        acc[0] = _mm256_add_epi32(acc[0], d0);
+                        acc[1] = _mm256_add_epi32(acc[1], d1);
+                    }
                 }
             }
             // SAFETY: group g's 16 scales of panel p lie inside `scales`.
@@ -820,7 +849,7 @@ mod tests {
             }
         }
 
-        /// 4-bit codes read directly (VNNI and scalar): exact integer sums with unit scales, and
+        /// 4-bit codes read directly (VNNI, AVX2, scalar): exact integer sums with unit scales, and
         /// the same outputs as the int8 form of the same weights with random scales.
         #[test]
         fn nibble_weights_match_reference(m in 1usize..20, n in 1usize..70, k in 1usize..300, per_row in any::<bool>(), seed in 0u64..1000) {
@@ -834,7 +863,7 @@ mod tests {
             for unit in [true, false] {
                 let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
                 let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
-                let w4 = w8.clone().into_nibbles().expect("codes are in [-8, 7]");
+                let w4 = w8.clone().into_nibbles().ok().expect("codes are in [-8, 7]");
                 prop_assert!(w4.nibbles && w4.bytes() < w8.bytes());
                 prop_assert_eq!(w4.unpack(), w8.unpack());
                 let mut want = vec![0.0f32; m * n];
@@ -901,10 +930,10 @@ mod tests {
     #[test]
     fn nibbles_need_4_bit_codes_and_quad_layout() {
         let qw = vec![8i8; 4 * 32];
-        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_none());
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_err());
         let qw = vec![-8i8; 4 * 32];
-        assert!(packed(Layout::Oct8, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_none());
-        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_some());
+        assert!(packed(Layout::Oct8, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_err());
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_ok());
     }
 
     #[test]
