@@ -15,4 +15,8 @@ fi
 smol=$(ls "$fetch_dir"/smollm2/*.gguf 2>/dev/null | head -1 || true)
 [ -n "$smol" ] && export UNMASK_SMOLLM2_GGUF="$smol"
 
+# aarch64 int8 kernels, cross-built and run under qemu (installs its Debian packages itself;
+# about a minute once installed).
+scripts/test-aarch64.sh
+
 cargo test --workspace --no-fail-fast 2>&1

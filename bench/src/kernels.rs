@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Result;
 use serde_json::{json, Value};
 use unmask_engine::kernels::f32gemm::{self, PackedF32};
-use unmask_engine::kernels::int8::{self, Isa};
+use unmask_engine::kernels::int8::{self, Int8Weights, Isa};
 use unmask_engine::kernels::linear::{KernelChoice, Linear, WeightStorage};
 use unmask_engine::kernels::peak::{measure, PeakKind};
 use unmask_engine::kernels::quant::{quantize_q4_0, quantize_q4_k, quantize_q8_0};
@@ -68,7 +68,11 @@ pub fn run(quick: bool) -> Result<Value> {
         let own = PackedF32::pack(n, k, |j, r| r.copy_from_slice(&wf[j * k..(j + 1) * k]));
         let int8_row = f32_lin.clone().repack(KernelChoice::Int8PerRow)?;
         let q8 = blocks("w", DType::Q8_0, quantize_q8_0(&wf).unwrap_or_default(), n, k)?;
-        let q4 = blocks("w", DType::Q4_0, quantize_q4_0(&wf).unwrap_or_default(), n, k)?;
+        let q4_bytes = quantize_q4_0(&wf).unwrap_or_default();
+        // Both in-memory forms of Q4_0 side by side: int8 codes, and 4-bit codes read directly.
+        let q4_int8 = Int8Weights::from_blocks(DType::Q4_0, &q4_bytes, n, k);
+        let q4_int4 = q4_int8.clone().and_then(|w| w.into_nibbles().ok()).filter(|w| isa.runs(w));
+        let q4 = blocks("w", DType::Q4_0, q4_bytes, n, k)?;
         let q4k = blocks("w", DType::Q4_K, quantize_q4_k(&wf).unwrap_or_default(), n, k)?;
         let loaded = [("q8_0", q8.bytes()), ("q4_0", q4.bytes()), ("q4_k", q4k.bytes())];
         let q8 = q8.repack(KernelChoice::Auto)?;
@@ -82,10 +86,16 @@ pub fn run(quick: bool) -> Result<Value> {
             bpw.insert("int8_per_row".into(), json!(int8_row.bytes() as f64 / per));
             for ((name, lb), lin) in loaded.iter().zip([&q8, &q4, &q4k]) {
                 bpw.insert(format!("{name}_loaded"), json!(*lb as f64 / per));
-                bpw.insert(format!("{name}_repacked_int8"), json!(lin.bytes() as f64 / per));
+                bpw.insert(format!("{name}_repacked"), json!(lin.bytes() as f64 / per));
             }
         }
         let WeightStorage::Int8Packed(q8w) = &q8.storage else { anyhow::bail!("Q8_0 did not repack to int8") };
+        if let Some(w) = &q4_int8 {
+            bpw.insert("q4_0_as_int8".into(), json!(w.bytes() as f64 / per));
+        }
+        if let Some(w) = &q4_int4 {
+            bpw.insert("q4_0_as_int4".into(), json!(w.bytes() as f64 / per));
+        }
         for &m in ms {
             let x: Vec<f32> = (0..m * k).map(|_| rng.next_f32(1.0)).collect();
             let mut y = vec![0.0f32; m * n];
@@ -101,6 +111,12 @@ pub fn run(quick: bool) -> Result<Value> {
             let g_i8 = put("int8_per_row", time(reps, budget, || int8_row.forward(&x, m, &mut y)));
             let g_q8 = put("q8_0", time(reps, budget, || q8.forward(&x, m, &mut y)));
             put("q4_0", time(reps, budget, || q4.forward(&x, m, &mut y)));
+            if let Some(w) = &q4_int8 {
+                put("q4_0_as_int8", time(reps, budget, || int8::gemm(w, &x, m, &mut y)));
+            }
+            if let Some(w) = &q4_int4 {
+                put("q4_0_as_int4", time(reps, budget, || int8::gemm(w, &x, m, &mut y)));
+            }
             put("q4_k", time(reps, budget, || q4k.forward(&x, m, &mut y)));
             if Isa::Avx2.available() {
                 put("q8_0_avx2", time(reps, budget, || int8::gemm_with(Isa::Avx2, q8w, &x, m, &mut y)));
@@ -148,6 +164,8 @@ pub fn run(quick: bool) -> Result<Value> {
         "results": results,
         "load_avg_before": load_before,
         "notes": "shapes are k_in×n_out; rates are 2·m·k·n/best time; int8 kernels include per-call activation quantisation; \
-                  q4_0/q4_k are repacked to int8 at load (Q4_0 exactly, Q4_K requantised per 32), so they run the q8_0 kernel",
+                  q4_k is repacked to int8 at load (requantised per 32) and runs the q8_0 kernel; q4_0 runs as \
+                  KernelChoice::Auto stores it (4-bit codes read directly where an AVX2/VNNI kernel exists, else int8); \
+                  q4_0_as_int8 / q4_0_as_int4 time both forms with the detected ISA",
     }))
 }

@@ -14,8 +14,10 @@
 //!   block (the offset's contribution is linear in the weights).
 //!
 //! Kernels: AVX-512 VNNI (`vpdpbusd`), AVX2 (`vpsignb` sign trick + `vpmaddubsw` + `vpmaddwd`, codes
-//! kept in ±127 so the i16 pair sums cannot saturate), scalar. Chosen at run time ([`Isa::detect`]).
-//! aarch64 NEON dotprod/i8mm kernels are not written yet: on aarch64 the scalar kernel runs.
+//! kept in ±127 so the i16 pair sums cannot saturate), aarch64 NEON `sdot` and i8mm `smmla`
+//! ([`super::int8_aarch64`], over an aarch64 *oct* layout `[panel][kp/8][row 0..16][8]`, see
+//! [`Layout`]), scalar. Chosen at run time ([`Isa::detect`]); each target compiles only its own
+//! SIMD code (`cfg(target_arch)`).
 //!
 //! Measured (AMD EPYC Zen 4 KVM guest, 1 thread, load avg ~3.8 on 2 cores, dev profile, 4096×4096,
 //! `bench/run kernels --quick`): VNNI per-row 376 GOP/s at m = 64 (0.82 of the 461 GOP/s `vpdpbusd`
@@ -27,6 +29,7 @@ use rayon::prelude::*;
 
 use crate::model::tensor::DType;
 
+use super::int8_aarch64 as a64;
 use super::quant::dequantize_into;
 
 /// Output rows per packed panel (one zmm of i32 lanes).
@@ -39,6 +42,35 @@ pub enum ScaleGroup {
     PerRow,
     /// One scale per 32 consecutive k (GGUF block structure; Q8_0 and Q4_0 map onto it exactly).
     Block32,
+}
+
+/// Byte order of codes inside a 16-row panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Layout {
+    /// `[kp/4][row 0..16][4]`: the `vpdpbusd` operand (x86 kernels).
+    Quad4,
+    /// `[kp/8][row 0..16][8]`: the `smmla` operand, also read by the `sdot` kernel (aarch64).
+    Oct8,
+}
+
+impl Layout {
+    /// The layout this target's SIMD kernels read (the scalar kernel reads both).
+    pub fn native() -> Layout {
+        if cfg!(target_arch = "aarch64") {
+            Layout::Oct8
+        } else {
+            Layout::Quad4
+        }
+    }
+
+    /// Offset of (panel row `r`, k index `t`) inside one panel.
+    #[inline]
+    pub fn offset(self, r: usize, t: usize) -> usize {
+        match self {
+            Layout::Quad4 => (t / 4) * PANEL * 4 + r * 4 + t % 4,
+            Layout::Oct8 => a64::oct_offset(r, t),
+        }
+    }
 }
 
 /// Int8 weights in the kernels' panel layout (see the module docs).
@@ -54,6 +86,11 @@ pub struct Int8Weights {
     pub group: usize,
     /// Storage type the weights came from (reporting only).
     pub source: DType,
+    /// Code order inside a panel.
+    pub layout: Layout,
+    /// 4-bit form ([`Int8Weights::into_nibbles`]): two codes per byte, read directly by the VNNI,
+    /// AVX2 and scalar kernels without repacking to int8.
+    pub nibbles: bool,
     data: Vec<i8>,
     scales: Vec<f32>,
     comp: Vec<f32>,
@@ -76,8 +113,20 @@ impl Int8Weights {
     }
 
     /// Packs rows given as codes and scales: `row(j, codes[kp], scales[n_groups])` fills row `j`
-    /// (codes beyond `k` must stay 0; codes are clamped to ±127).
+    /// (codes beyond `k` must stay 0; codes are clamped to ±127), in this target's native layout.
     pub fn pack(
+        n: usize,
+        k: usize,
+        group: ScaleGroup,
+        source: DType,
+        row: impl Fn(usize, &mut [i8], &mut [f32]) + Sync,
+    ) -> Self {
+        Self::pack_with_layout(Layout::native(), n, k, group, source, row)
+    }
+
+    /// As [`Int8Weights::pack`] in a given layout (tests run both layouts on every target).
+    pub fn pack_with_layout(
+        layout: Layout,
         n: usize,
         k: usize,
         group: ScaleGroup,
@@ -111,7 +160,7 @@ impl Int8Weights {
                         for t in g * group..(g + 1) * group {
                             // -128 would overflow the AVX2 sign trick; all our quantisers stay in ±127.
                             let v = q[t].max(-127);
-                            d[(t / 4) * PANEL * 4 + r * 4 + t % 4] = v;
+                            d[layout.offset(r, t)] = v;
                             sum += v as i32;
                         }
                         s[g * PANEL + r] = sg;
@@ -120,7 +169,7 @@ impl Int8Weights {
                     c[r] = cr as f32;
                 }
             });
-        Int8Weights { n, k, kp, group, source, data, scales, comp }
+        Int8Weights { n, k, kp, group, source, layout, nibbles: false, data, scales, comp }
     }
 
     /// Quantises f32 rows (`row(j, out[k])`) to int8 codes with absmax scales per group.
@@ -179,12 +228,54 @@ impl Int8Weights {
         })
     }
 
+    /// Code bytes per panel.
+    fn panel_bytes(&self) -> usize {
+        if self.nibbles {
+            self.kp * PANEL / 2
+        } else {
+            self.kp * PANEL
+        }
+    }
+
+    /// Code of (panel `p`, panel row `r`, k index `t`).
+    #[inline]
+    fn code_in_panel(&self, p: usize, r: usize, t: usize) -> i8 {
+        let base = p * self.panel_bytes();
+        if self.nibbles {
+            // Oct o of k holds quad 2o in the low and quad 2o+1 in the high nibbles, +8 biased.
+            let b = self.data[base + (t / 8) * PANEL * 4 + r * 4 + t % 4] as u8;
+            let v = if (t / 4) % 2 == 0 { b & 0x0F } else { b >> 4 };
+            v as i8 - 8
+        } else {
+            self.data[base + self.layout.offset(r, t)]
+        }
+    }
+
     /// Code and scale of element (j, t) (gathers across the panel layout).
     fn code(&self, j: usize, t: usize) -> (i8, f32) {
         let (p, r) = (j / PANEL, j % PANEL);
-        let q = self.data[p * self.kp * PANEL + (t / 4) * PANEL * 4 + r * 4 + t % 4];
+        let q = self.code_in_panel(p, r, t);
         let s = self.scales[p * self.n_groups() * PANEL + (t / self.group) * PANEL + r];
         (q, s)
+    }
+
+    /// The 4-bit form of these weights; `Err(self)` unchanged unless they are `Quad4` with every
+    /// code in [-8, 7] (Q4_0 repacks exactly so). Halves the code bytes (0.625 bytes per weight with the
+    /// block-32 f32 scales, against 1.125 as int8); scales and compensation are unchanged.
+    pub fn into_nibbles(self) -> Result<Self, Self> {
+        if self.nibbles || self.layout != Layout::Quad4 || self.data.iter().any(|&q| !(-8..=7).contains(&q)) {
+            return Err(self);
+        }
+        let quad = PANEL * 4;
+        let mut data = vec![0i8; self.data.len() / 2];
+        data.par_chunks_mut(quad).zip(self.data.par_chunks(2 * quad)).for_each(|(out, pair)| {
+            for (i, o) in out.iter_mut().enumerate() {
+                let lo = (pair[i] + 8) as u8;
+                let hi = (pair[quad + i] + 8) as u8;
+                *o = (lo | (hi << 4)) as i8;
+            }
+        });
+        Ok(Int8Weights { nibbles: true, data, ..self })
     }
 
     /// Dequantised row `j` into `out[k]` (embedding lookups, references).
@@ -234,6 +325,10 @@ pub enum Isa {
     Avx2,
     /// AVX-512 VNNI `vpdpbusd`.
     Avx512Vnni,
+    /// aarch64 NEON dot product `sdot` (FEAT_DotProd).
+    NeonDot,
+    /// aarch64 int8 matrix multiply `smmla` (FEAT_I8MM).
+    NeonI8mm,
 }
 
 impl Isa {
@@ -249,12 +344,31 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            Isa::NeonDot => a64::dot_available(),
+            Isa::NeonI8mm => a64::i8mm_available(),
             #[cfg(not(target_arch = "x86_64"))]
-            _ => false,
+            Isa::Avx2 | Isa::Avx512Vnni => false,
         }
     }
 
-    /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni` narrows it).
+    /// The panel layout this ISA's kernel reads (`None`: any).
+    pub fn layout(self) -> Option<Layout> {
+        match self {
+            Isa::Scalar => None,
+            Isa::Avx2 | Isa::Avx512Vnni => Some(Layout::Quad4),
+            Isa::NeonDot | Isa::NeonI8mm => Some(Layout::Oct8),
+        }
+    }
+
+    /// Whether this ISA's kernel can run here on `w` (its layout, and 4-bit codes: x86 kernels
+    /// and scalar only).
+    pub fn runs(self, w: &Int8Weights) -> bool {
+        self.available()
+            && self.layout().is_none_or(|l| l == w.layout)
+            && (!w.nibbles || matches!(self, Isa::Scalar | Isa::Avx2 | Isa::Avx512Vnni))
+    }
+
+    /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni|dotprod|i8mm` narrows it).
     pub fn detect() -> Isa {
         static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
         *BEST.get_or_init(|| {
@@ -263,12 +377,17 @@ impl Isa {
                 Some("scalar") => Some(Isa::Scalar),
                 Some("avx2") => Some(Isa::Avx2),
                 Some("vnni") => Some(Isa::Avx512Vnni),
+                Some("dotprod") => Some(Isa::NeonDot),
+                Some("i8mm") => Some(Isa::NeonI8mm),
                 _ => None,
             };
             if let Some(i) = forced.filter(|i| i.available()) {
                 return i;
             }
-            [Isa::Avx512Vnni, Isa::Avx2].into_iter().find(|i| i.available()).unwrap_or(Isa::Scalar)
+            [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonI8mm, Isa::NeonDot]
+                .into_iter()
+                .find(|i| i.available())
+                .unwrap_or(Isa::Scalar)
         })
     }
 }
@@ -343,9 +462,10 @@ pub fn gemm(w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
     gemm_with(Isa::detect(), w, x, m, y)
 }
 
-/// As [`gemm`] with a given ISA (falls back to scalar when unavailable).
+/// As [`gemm`] with a given ISA (falls back to scalar when unavailable or when the weights are in
+/// another layout than the ISA's kernel reads).
 pub fn gemm_with(isa: Isa, w: &Int8Weights, x: &[f32], m: usize, y: &mut [f32]) {
-    let isa = if isa.available() { isa } else { Isa::Scalar };
+    let isa = if isa.runs(w) { isa } else { Isa::Scalar };
     let xq = QuantizedRows::from_f32(x, m, w.k, w.kp, isa);
     gemm_quantized(w, &xq, m, y);
 }
@@ -364,9 +484,14 @@ const TASK_PANELS: usize = 2;
 pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f32]) {
     assert_eq!(xq.kp, w.kp, "activation padding must match the weights");
     assert!(xq.data.len() >= m * w.kp && xq.scales.len() >= m && y.len() >= m * w.n);
-    let isa = if xq.isa.available() { xq.isa } else { Isa::Scalar };
-    assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need VNNI");
     let np = w.n_panels();
+    let isa = if xq.isa.runs(w) { xq.isa } else { Isa::Scalar };
+    assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need the VNNI kernel");
+    let panels = a64::Panels { data: &w.data, scales: &w.scales, n: w.n, kp: w.kp, group: w.group };
+    let rows = a64::Rows { data: &xq.data, scales: &xq.scales, kp: xq.kp };
+    if matches!(isa, Isa::NeonDot | Isa::NeonI8mm) {
+        assert!(a64::shapes_ok(&panels, &rows, m, 0, np, y.len()), "aarch64 kernel operands do not fit");
+    }
     let out = OutPtr(y.as_mut_ptr());
     // Columns are split across threads: each task owns a 32-column strip of y and streams only its
     // weight panels, which stay in L2 while every row tile of x passes over them.
@@ -382,7 +507,14 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `isa.available()` confirmed AVX2; buffers were size-checked above.
             Isa::Avx2 => unsafe { x86::avx2_panels(w, xq, m, p0, p1, out.0) },
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `isa.runs` confirmed NEON + dotprod and the oct layout; `shapes_ok` held.
+            Isa::NeonDot => unsafe { a64::dot_panels(&panels, &rows, m, p0, p1, out.0) },
+            #[cfg(target_arch = "aarch64")]
+            // SAFETY: `isa.runs` confirmed NEON + i8mm and the oct layout; `shapes_ok` held.
+            Isa::NeonI8mm => unsafe { a64::i8mm_panels(&panels, &rows, m, p0, p1, out.0) },
+            // Unreachable: `runs` is false for another target's ISA.
+            #[allow(unreachable_patterns)]
             _ => scalar_panels(w, xq, m, p0, p1, out.0),
         }
     });
@@ -392,7 +524,6 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
 fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
     let (kp, ng, g) = (w.kp, w.n_groups(), w.group);
     for p in p0..p1 {
-        let d = &w.data[p * kp * PANEL..(p + 1) * kp * PANEL];
         let s = &w.scales[p * ng * PANEL..(p + 1) * ng * PANEL];
         for r in 0..PANEL.min(w.n - p * PANEL) {
             let j = p * PANEL + r;
@@ -402,7 +533,7 @@ fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: u
                 for gi in 0..ng {
                     let mut sum = 0i32;
                     for t in gi * g..(gi + 1) * g {
-                        sum += (x[t] as i8) as i32 * d[(t / 4) * PANEL * 4 + r * 4 + t % 4] as i32;
+                        sum += (x[t] as i8) as i32 * w.code_in_panel(p, r, t) as i32;
                     }
                     acc += sum as f32 * s[gi * PANEL + r];
                 }
@@ -434,7 +565,8 @@ mod x86 {
             macro_rules! go {
                 ($($a:literal, $b:literal);*) => {
                     match (mr, np) {
-                        $(($a, $b) => vnni_tile::<$a, $b>(w, xq, i, p0, y),)*
+                        $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true>(w, xq, i, p0, y),
+                          ($a, $b) => vnni_tile::<$a, $b, false>(w, xq, i, p0, y),)*
                         _ => unreachable!(),
                     }
                 };
@@ -450,7 +582,10 @@ mod x86 {
     /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
     /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn vnni_tile<const MR: usize, const NP: usize>(
+    ///
+    /// `NIB`: 4-bit codes (+8 biased, quad 2o low / 2o+1 high nibbles of 64-byte oct o), unpacked in
+    /// registers (`and`, `srli`, `sub`) and then used exactly like the int8 codes.
+    unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool>(
         w: &Int8Weights,
         xq: &QuantizedRows,
         i0: usize,
@@ -459,7 +594,9 @@ mod x86 {
     ) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let pstride = kp * PANEL;
+        let pstride = if NIB { kp * PANEL / 2 } else { kp * PANEL };
+        let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+        let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
         let mut wp = w.data.as_ptr().wrapping_add(p0 * pstride);
         let sb = w.scales.as_ptr().wrapping_add(p0 * ng * PANEL);
         let mut xr = [xq.data.as_ptr(); MR];
@@ -469,18 +606,27 @@ mod x86 {
         let mut facc = [[_mm512_setzero_ps(); NP]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
-            for _ in 0..quads {
-                let mut wv = [_mm512_setzero_si512(); NP];
-                for (p, v) in wv.iter_mut().enumerate() {
-                    // SAFETY: panel p0+p < n_panels and the current quad < kp/4: 64 bytes inside `data`.
-                    *v = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
+            for _ in 0..steps {
+                let mut wv = [[_mm512_setzero_si512(); NP]; 2];
+                for p in 0..NP {
+                    // SAFETY: panel p0+p < n_panels and the current quad (int8) or oct (4-bit)
+                    // < kp/4 or kp/8: 64 bytes inside `data`.
+                    let raw = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
+                    if NIB {
+                        wv[0][p] = _mm512_sub_epi8(_mm512_and_si512(raw, low4), eight);
+                        wv[1][p] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), eight);
+                    } else {
+                        wv[0][p] = raw;
+                    }
                 }
-                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
-                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
-                    let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
-                    *x = x.wrapping_add(4);
-                    for p in 0..NP {
-                        acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wv[p]);
+                for wq in wv.iter().take(subs) {
+                    for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                        // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
+                        let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                        *x = x.wrapping_add(4);
+                        for p in 0..NP {
+                            acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wq[p]);
+                        }
                     }
                 }
                 wp = wp.wrapping_add(64);
@@ -516,9 +662,12 @@ mod x86 {
             while i < m {
                 let mr = (m - i).min(MR_AVX2);
                 match mr {
-                    1 => avx2_tile::<1>(w, xq, i, p, y),
-                    2 => avx2_tile::<2>(w, xq, i, p, y),
-                    _ => avx2_tile::<3>(w, xq, i, p, y),
+                    1 if w.nibbles => avx2_tile::<1, true>(w, xq, i, p, y),
+                    2 if w.nibbles => avx2_tile::<2, true>(w, xq, i, p, y),
+                    _ if w.nibbles => avx2_tile::<3, true>(w, xq, i, p, y),
+                    1 => avx2_tile::<1, false>(w, xq, i, p, y),
+                    2 => avx2_tile::<2, false>(w, xq, i, p, y),
+                    _ => avx2_tile::<3, false>(w, xq, i, p, y),
                 }
                 i += mr;
             }
@@ -528,10 +677,19 @@ mod x86 {
     /// One MR×16 tile with the sign trick: |x| (u8) × (w with x's sign) (i8) stays within i16.
     /// Loads use `lddqu` (an LLVM intrinsic, free of debug-build checks; see `vnni_tile`).
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2_tile<const MR: usize>(w: &Int8Weights, xq: &QuantizedRows, i0: usize, p: usize, y: *mut f32) {
+    /// `NIB`: 4-bit codes, unpacked in registers as in `vnni_tile`.
+    unsafe fn avx2_tile<const MR: usize, const NIB: bool>(
+        w: &Int8Weights,
+        xq: &QuantizedRows,
+        i0: usize,
+        p: usize,
+        y: *mut f32,
+    ) {
         let (kp, ng) = (w.kp, w.n_groups());
         let quads = w.group / 4;
-        let mut wp = w.data.as_ptr().wrapping_add(p * kp * PANEL);
+        let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
+        let (low4, eight) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
+        let mut wp = w.data.as_ptr().wrapping_add(p * w.panel_bytes());
         let sb = w.scales.as_ptr().wrapping_add(p * ng * PANEL);
         let mut xr = [xq.data.as_ptr(); MR];
         for (r, x) in xr.iter_mut().enumerate() {
@@ -541,20 +699,37 @@ mod x86 {
         let mut facc = [[_mm256_setzero_ps(); 2]; MR];
         for g in 0..ng {
             let mut iacc = [[_mm256_setzero_si256(); 2]; MR];
-            for _ in 0..quads {
-                // SAFETY: the current 64-byte k-quad of panel p lies inside `data`.
-                let w0 = _mm256_lddqu_si256(wp as *const __m256i);
-                let w1 = _mm256_lddqu_si256(wp.wrapping_add(32) as *const __m256i);
+            for _ in 0..steps {
+                // SAFETY: the current 64-byte k-quad (int8) or k-oct (4-bit) of panel p lies inside `data`.
+                let r0 = _mm256_lddqu_si256(wp as *const __m256i);
+                let r1 = _mm256_lddqu_si256(wp.wrapping_add(32) as *const __m256i);
                 wp = wp.wrapping_add(64);
-                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
-                    // SAFETY: row i0+r < m and the current quad < kp/4.
-                    let xv = _mm256_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
-                    *x = x.wrapping_add(4);
-                    let ax = _mm256_abs_epi8(xv);
-                    let d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones);
-                    let d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones);
-                    acc[0] = _mm256_add_epi32(acc[0], d0);
-                    acc[1] = _mm256_add_epi32(acc[1], d1);
+                let wv = if NIB {
+                    macro_rules! lo {
+                        ($v:expr) => {
+                            _mm256_sub_epi8(_mm256_and_si256($v, low4), eight)
+                        };
+                    }
+                    macro_rules! hi {
+                        ($v:expr) => {
+                            _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16($v, 4), low4), eight)
+                        };
+                    }
+                    [[lo!(r0), lo!(r1)], [hi!(r0), hi!(r1)]]
+                } else {
+                    [[r0, r1], [r0, r1]]
+                };
+                for [w0, w1] in wv.into_iter().take(subs) {
+                    for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
+                        // SAFETY: row i0+r < m and the current quad < kp/4.
+                        let xv = _mm256_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
+                        *x = x.wrapping_add(4);
+                        let ax = _mm256_abs_epi8(xv);
+                        let d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones);
+                        let d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones);
+                        acc[0] = _mm256_add_epi32(acc[0], d0);
+                        acc[1] = _mm256_add_epi32(acc[1], d1);
+                    }
                 }
             }
             // SAFETY: group g's 16 scales of panel p lie inside `scales`.
@@ -584,8 +759,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn isas() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|i| i.available()).collect()
+    const LAYOUTS: [Layout; 2] = [Layout::Quad4, Layout::Oct8];
+
+    /// Every ISA that can run here on `w` (always includes scalar).
+    fn isas(w: &Int8Weights) -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::NeonDot, Isa::NeonI8mm]
+            .into_iter()
+            .filter(|i| i.runs(w))
+            .collect()
     }
 
     /// Deterministic codes in ±127 from a seed.
@@ -596,10 +777,10 @@ mod tests {
             .collect()
     }
 
-    fn packed(n: usize, k: usize, group: ScaleGroup, qw: &[i8], sw: &[f32]) -> Int8Weights {
+    fn packed(layout: Layout, n: usize, k: usize, group: ScaleGroup, qw: &[i8], sw: &[f32]) -> Int8Weights {
         let kp = k.div_ceil(32) * 32;
         let ng = if group == ScaleGroup::PerRow { 1 } else { kp / 32 };
-        Int8Weights::pack(n, k, group, DType::F32, |j, q, s| {
+        Int8Weights::pack_with_layout(layout, n, k, group, DType::F32, |j, q, s| {
             q[..k].copy_from_slice(&qw[j * k..(j + 1) * k]);
             s.copy_from_slice(&sw[j * ng..(j + 1) * ng]);
         })
@@ -631,13 +812,15 @@ mod tests {
             let ng = if per_row { 1 } else { kp / 32 };
             let qw = codes(n * k, seed);
             let qx = codes(m * k, seed + 1);
-            let w = packed(n, k, group, &qw, &vec![1.0; n * ng]);
             let qxp = pad(&qx, m, k, kp);
-            let mut want = vec![0.0f32; m * n];
-            reference_gemm(&qxp, &vec![1.0; m], m, &pad(&qw, n, k, kp), &vec![1.0; n * ng], n, kp, w.group, &mut want);
-            for isa in isas() {
-                let got = run(isa, &w, &qxp, &vec![1.0; m], m);
-                prop_assert_eq!(&got, &want, "{:?}", isa);
+            for layout in LAYOUTS {
+                let w = packed(layout, n, k, group, &qw, &vec![1.0; n * ng]);
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qxp, &vec![1.0; m], m, &pad(&qw, n, k, kp), &vec![1.0; n * ng], n, kp, w.group, &mut want);
+                for isa in isas(&w) {
+                    let got = run(isa, &w, &qxp, &vec![1.0; m], m);
+                    prop_assert_eq!(&got, &want, "{:?} {:?}", isa, layout);
+                }
             }
         }
 
@@ -651,15 +834,46 @@ mod tests {
             let qx = codes(m * k, seed + 5);
             let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
             let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
-            let w = packed(n, k, group, &qw, &sw);
             let qxp = pad(&qx, m, k, kp);
-            let mut want = vec![0.0f32; m * n];
-            reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
-            let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
-            for isa in isas() {
-                let got = run(isa, &w, &qxp, &sx, m);
-                for (a, b) in got.iter().zip(&want) {
-                    prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?}: {} vs {}", isa, a, b);
+            for layout in LAYOUTS {
+                let w = packed(layout, n, k, group, &qw, &sw);
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
+                let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
+                for isa in isas(&w) {
+                    let got = run(isa, &w, &qxp, &sx, m);
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?} {:?}: {} vs {}", isa, layout, a, b);
+                    }
+                }
+            }
+        }
+
+        /// 4-bit codes read directly (VNNI, AVX2, scalar): exact integer sums with unit scales, and
+        /// the same outputs as the int8 form of the same weights with random scales.
+        #[test]
+        fn nibble_weights_match_reference(m in 1usize..20, n in 1usize..70, k in 1usize..300, per_row in any::<bool>(), seed in 0u64..1000) {
+            let group = if per_row { ScaleGroup::PerRow } else { ScaleGroup::Block32 };
+            let kp = k.div_ceil(32) * 32;
+            let ng = if per_row { 1 } else { kp / 32 };
+            let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| (v as i32).rem_euclid(16) as i8 - 8).collect();
+            let qx = pad(&codes(m * k, seed + 2), m, k, kp);
+            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
+            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            for unit in [true, false] {
+                let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
+                let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
+                let w4 = w8.clone().into_nibbles().ok().expect("codes are in [-8, 7]");
+                prop_assert!(w4.nibbles && w4.bytes() < w8.bytes());
+                prop_assert_eq!(w4.unpack(), w8.unpack());
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qx, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w8.group, &mut want);
+                let tol = if unit { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
+                for isa in isas(&w4) {
+                    let got = run(isa, &w4, &qx, &sx, m);
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= tol, "{:?} unit={}: {} vs {}", isa, unit, a, b);
+                    }
                 }
             }
         }
@@ -671,7 +885,7 @@ mod tests {
             let wf: Vec<f32> = (0..n * k).map(|i| f(i, seed)).collect();
             let x: Vec<f32> = (0..m * k).map(|i| f(i, seed + 3)).collect();
             let w = Int8Weights::from_f32_rows(n, k, ScaleGroup::Block32, DType::F32, |j, o| o.copy_from_slice(&wf[j * k..(j + 1) * k]));
-            for isa in isas() {
+            for isa in isas(&w) {
                 let mut y = vec![0.0f32; m * n];
                 gemm_with(isa, &w, &x, m, &mut y);
                 for i in 0..m {
@@ -684,6 +898,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Asking for any ISA on weights of any layout gives the exact result: a kernel never reads
+    /// weights packed for another one (it falls back to scalar), and on its own layout it is exact.
+    #[test]
+    fn any_isa_on_any_layout_is_exact() {
+        let (m, n, k) = (3, 20, 64);
+        let qw = codes(n * k, 7);
+        let mut qx = codes(m * k, 8);
+        // A ±127 in every row makes the per-row requantisation of `x` below the identity.
+        for i in 0..m {
+            qx[i * k] = 127;
+        }
+        let want = {
+            let mut y = vec![0.0f32; m * n];
+            reference_gemm(&qx, &[1.0; 3], m, &qw, &vec![1.0; n], n, k, k, &mut y);
+            y
+        };
+        for layout in LAYOUTS {
+            let w = packed(layout, n, k, ScaleGroup::PerRow, &qw, &vec![1.0; n]);
+            for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::NeonDot, Isa::NeonI8mm] {
+                let mut y = vec![f32::NAN; m * n];
+                let x: Vec<f32> = qx.iter().map(|&v| v as f32).collect();
+                gemm_with(isa, &w, &x, m, &mut y);
+                assert_eq!(y, want, "{isa:?} on {layout:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn nibbles_need_4_bit_codes_and_quad_layout() {
+        let qw = vec![8i8; 4 * 32];
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_err());
+        let qw = vec![-8i8; 4 * 32];
+        assert!(packed(Layout::Oct8, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_err());
+        assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_ok());
     }
 
     #[test]

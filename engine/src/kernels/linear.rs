@@ -114,6 +114,7 @@ impl Linear {
     /// Short name of the in-memory format (reports).
     pub fn storage_name(&self) -> String {
         match &self.storage {
+            WeightStorage::Int8Packed(w) if w.nibbles => format!("int4/32 (from {})", w.source),
             WeightStorage::Int8Packed(w) if w.group == w.kp => format!("int8/row (from {})", w.source),
             WeightStorage::Int8Packed(w) => format!("int8/32 (from {})", w.source),
             _ => self.dtype().to_string(),
@@ -153,6 +154,14 @@ impl Linear {
                 })?
             }
             _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
+        };
+        // Q4_0 under Auto keeps 4-bit codes where this CPU has a kernel reading them directly
+        // (0.625 instead of 1.125 bytes per weight); elsewhere it stays int8.
+        let simd4 = matches!(super::int8::Isa::detect(), super::int8::Isa::Avx2 | super::int8::Isa::Avx512Vnni);
+        let packed = if choice == KernelChoice::Auto && packed.source == DType::Q4_0 && simd4 {
+            packed.into_nibbles().unwrap_or_else(|int8| int8)
+        } else {
+            packed
         };
         self.release_mapped();
         Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::Int8Packed(Arc::new(packed)) })

@@ -5,6 +5,7 @@ pub mod activation;
 pub mod attention;
 pub mod f32gemm;
 pub mod int8;
+pub mod int8_aarch64;
 pub mod linear;
 pub mod norm;
 pub mod peak;
