@@ -117,7 +117,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     let names: Vec<String> = if args.all {
-        let mut v: Vec<String> = README_ORDER.iter().filter(|n| known.iter().any(|(k, _)| k == *n)).map(|s| s.to_string()).collect();
+        let mut v: Vec<String> = README_ORDER.iter().filter(|n| known.iter().any(|(k, _)| k.as_str() == **n)).map(|s| s.to_string()).collect();
         v.extend(known.iter().map(|(k, _)| k.clone()).filter(|k| !README_ORDER.contains(&k.as_str())));
         v
     } else {

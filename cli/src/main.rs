@@ -120,7 +120,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(&args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(exit::code_of(&e))

@@ -75,10 +75,13 @@ fn import_errors_have_exit_codes() {
     let good = distinct_model_copy(&env.data().join("good"), "good");
     let out = env.run(&["models", "import", good.to_str().unwrap(), "--name", "../escape"]);
     assert_eq!(out.status.code(), Some(4));
-    // A GGUF file imports too.
-    let gguf = default_model().join("../../tests/golden/gguf/tiny-llama-q8_0.gguf");
-    let out = env.ok(&["models", "import", gguf.to_str().unwrap()]);
-    assert!(out.contains("gguf"), "{out}");
+    // A GGUF file (our export of the embedded model) imports too, and runs by name.
+    let gguf = env.data().join("tiny-llada-q8.gguf");
+    env.ok(&["models", "export", gguf.to_str().unwrap(), "--dtype", "q8_0"]);
+    let out = env.ok(&["models", "import", gguf.to_str().unwrap(), "--name", "llada-gguf"]);
+    assert!(out.contains("imported llada-gguf (llada gguf Q8_0"), "{out}");
+    let g = env.json(&["generate", "hi", "--model", "llada-gguf", "--json", "--gen-length", "8", "--block-length", "8", "--steps", "8"]);
+    assert_eq!(g["tokens"].as_array().unwrap().len(), 8);
 }
 
 fn served_files(tag: &str) -> Vec<(String, Vec<u8>)> {
