@@ -1,13 +1,16 @@
 //! Command-line flags shared by `generate` and `chat`: model, decoding settings, backend.
 
 use clap::{Args, ValueEnum};
+use unmask_engine::decode::revision::RevisionSettings;
+use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
 use unmask_engine::model::GenerationDefaults;
 
 /// Which model to run.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArg {
-    /// Model directory, .gguf file, or embedded model name (default: the embedded tiny-llada).
+    /// Model: a directory or .gguf path, a name from `unmask models list`, or an embedded model
+    /// name (default: the embedded tiny-llada).
     #[arg(long, short = 'm')]
     pub model: Option<String>,
 }
@@ -92,14 +95,54 @@ pub struct DecodeArgs {
     /// LLaDA `confidence_eos_eot_inf`: EOS/EOT never win the confidence ranking.
     #[arg(long)]
     pub confidence_eos_eot_inf: bool,
+    /// Dream: last timestep of linspace(1, eps, steps+1).
+    #[arg(long)]
+    pub eps: Option<f64>,
+    /// EOS token id (default: the model's).
+    #[arg(long)]
+    pub eos_token_id: Option<u32>,
+    /// EOT token id (default: the model's).
+    #[arg(long)]
+    pub eot_token_id: Option<u32>,
     /// Multi-block speculative decoding: a sliding window that pulls masked tokens of later blocks
     /// into the forward (drafts) when the current block runs short (LLaDA-family models).
-    #[arg(long)]
+    #[arg(long, help_heading = "NPU-aware decoding")]
     pub speculative: bool,
+    /// Speculative: look ahead when fewer than this many masks remain in the block [default: 4].
+    #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
+    pub spec_trigger: Option<usize>,
+    /// Speculative: future positions pulled into the window, before bucket padding [default: 32].
+    #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
+    pub spec_lookahead: Option<usize>,
+    /// Speculative: a draft is accepted only inside the top-K confidence set [default: 2].
+    #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
+    pub spec_accept_top_k: Option<usize>,
+    /// Speculative: show drafts but never accept them.
+    #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
+    pub spec_no_accept: bool,
+    /// Speculative: token buckets to pad windows to when the backend has no cost profile
+    /// (comma-separated, e.g. 16,32,64; default: exact windows).
+    #[arg(long, requires = "speculative", value_delimiter = ',', help_heading = "NPU-aware decoding")]
+    pub spec_buckets: Vec<usize>,
     /// Dual-path progressive revision: committed tokens stay revisable (visible) until stable; a
     /// CPU path re-checks them concurrently with the dense path (LLaDA-family models).
-    #[arg(long)]
+    #[arg(long, help_heading = "NPU-aware decoding")]
     pub revision: bool,
+    /// Revision: a visible token re-checked below this probability may be revised [default: 0.7].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_visible_threshold: Option<f64>,
+    /// Revision: commits at or above this are stable at once; re-checks at or above confirm [default: 0.9].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_stable_threshold: Option<f64>,
+    /// Revision: how much more probable a replacement must be [default: 0.2].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_margin: Option<f64>,
+    /// Revision: consecutive confirmations that make a visible token stable [default: 2].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_stable_checks: Option<usize>,
+    /// Revision: visible positions the CPU path re-checks per step [default: 4].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_max_checks: Option<usize>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -209,11 +252,50 @@ impl DecodeArgs {
         if let Some(v) = self.early_stop_eos {
             s.early_stop_eos = v;
         }
+        if let Some(v) = self.eps {
+            s.eps = v;
+        }
+        if self.eos_token_id.is_some() {
+            s.eos_token_id = self.eos_token_id;
+        }
+        if self.eot_token_id.is_some() {
+            s.eot_token_id = self.eot_token_id;
+        }
         if self.speculative {
-            s.speculative = Some(Default::default());
+            let mut sp = SpeculativeSettings::default();
+            if let Some(v) = self.spec_trigger {
+                sp.trigger = v;
+            }
+            if let Some(v) = self.spec_lookahead {
+                sp.max_lookahead = v;
+            }
+            if let Some(v) = self.spec_accept_top_k {
+                sp.accept_top_k = v;
+            }
+            sp.accept_drafts &= !self.spec_no_accept;
+            if !self.spec_buckets.is_empty() {
+                sp.token_buckets = self.spec_buckets.clone();
+            }
+            s.speculative = Some(sp);
         }
         if self.revision {
-            s.revision = Some(Default::default());
+            let mut r = RevisionSettings::default();
+            if let Some(v) = self.revision_visible_threshold {
+                r.visible_threshold = v;
+            }
+            if let Some(v) = self.revision_stable_threshold {
+                r.stable_threshold = v;
+            }
+            if let Some(v) = self.revision_margin {
+                r.revise_margin = v;
+            }
+            if let Some(v) = self.revision_stable_checks {
+                r.stable_checks = v;
+            }
+            if let Some(v) = self.revision_max_checks {
+                r.max_checks = v;
+            }
+            s.revision = Some(r);
         }
         s.logits_eos_inf |= self.logits_eos_inf;
         s.confidence_eos_eot_inf |= self.confidence_eos_eot_inf;

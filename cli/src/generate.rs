@@ -2,21 +2,24 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::ops::ControlFlow;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
-use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, ChatSession, DecodeOutput, DecodeSettings, StepFrame};
-use unmask_engine::model::{load_model, ChatMessage, LoadedModel, TextTokenizer, Transformer};
+use unmask_engine::model::{load_model, ChatMessage, LoadedModel, TextTokenizer};
 
-use crate::args::{BackendArgs, BackendKind, DecodeArgs, ModelArg};
+use crate::args::{BackendArgs, DecodeArgs, ModelArg};
+use crate::backends::AnyBackend;
+use crate::data::{self, Data, ResolvedModel};
 use crate::live::LiveCanvas;
 use crate::model_path;
+use crate::record::Recording;
 
-/// How results are shown.
+/// How results are shown and kept.
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
     /// Redraw the denoising canvas every step (default: on when stdout is a terminal).
@@ -25,12 +28,15 @@ pub struct OutputArgs {
     /// Never draw the live canvas.
     #[arg(long)]
     pub no_live: bool,
-    /// Print one JSON object per reply (text, tokens and run metrics).
+    /// Print one JSON object per reply (text, tokens, run metrics and the run id).
     #[arg(long)]
     pub json: bool,
     /// Print run metrics (steps, forwards, tokens per forward, time) after each reply.
     #[arg(long)]
     pub stats: bool,
+    /// Do not record the run (settings, output, metrics, step trace, vNPU timeline) in the store.
+    #[arg(long)]
+    pub no_record: bool,
 }
 
 impl OutputArgs {
@@ -39,63 +45,41 @@ impl OutputArgs {
     }
 }
 
-fn load(model: &ModelArg) -> Result<LoadedModel> {
-    let path = model_path::resolve(model.model.as_deref())?;
-    let m = load_model(&path).with_context(|| format!("loading model {}", path.display()))?;
-    Ok(m)
-}
-
-fn make_backend(kind: &BackendArgs, t: Arc<Transformer>) -> Result<Box<dyn Backend>> {
-    match kind.backend {
-        BackendKind::Cpu => Ok(Box::new(CpuBackend::new(t))),
-        BackendKind::Vnpu => crate::generate::vnpu_backend(t, &kind.device),
-        BackendKind::Qnn => {
-            use unmask_engine::backend::qnn::{QnnBackend, QnnOptions};
-            let opts = QnnOptions {
-                library: kind.qnn_lib.clone(),
-                cache_dir: kind.qnn_cache.clone(),
-                ..QnnOptions::default()
-            };
-            Ok(Box::new(QnnBackend::new(t, opts)?))
-        }
-    }
-}
-
-/// The virtual NPU backend for a device profile (real math on the CPU, simulated NPU time).
-pub fn vnpu_backend(t: Arc<Transformer>, device: &str) -> Result<Box<dyn Backend>> {
-    use unmask_engine::backend::vnpu::{profile::DeviceProfile, VirtualNpu, VnpuConfig};
-    let profile = DeviceProfile::builtin(&device.to_lowercase()).with_context(|| {
-        format!("unknown device `{device}` (built-in profiles: {})", DeviceProfile::list_builtin().join(", "))
-    })?;
-    Ok(Box::new(VirtualNpu::new(t, profile, VnpuConfig::default())?))
-}
-
 struct Session {
-    backend: Box<dyn Backend>,
+    backend: AnyBackend,
     tokenizer: TextTokenizer,
-    model: LoadedModelInfo,
-}
-
-struct LoadedModelInfo {
     template: unmask_engine::model::ChatTemplate,
     generation: unmask_engine::model::GenerationDefaults,
+    model: ResolvedModel,
+    data: Option<Data>,
 }
 
-fn open(model: &ModelArg, backend: &BackendArgs) -> Result<Session> {
-    let m = load(model)?;
+fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Session> {
+    let data = if out.no_record { None } else { Some(Data::open(&data::data_dir(data_dir)?)?) };
+    let resolved = match data::resolve_model(model.model.as_deref(), data.as_ref()) {
+        Ok(r) => r,
+        // Without recording the store is only asked when nothing else knows the name.
+        Err(e) if data.is_none() && model.model.is_some() => match Data::open(&data::data_dir(data_dir)?) {
+            Ok(d) => data::resolve_model(model.model.as_deref(), Some(&d)).map_err(|_| e)?,
+            Err(_) => return Err(e),
+        },
+        Err(e) => return Err(e),
+    };
+    let m = load_model(&resolved.path).with_context(|| format!("loading model {}", resolved.path.display()))?;
     let LoadedModel { transformer, tokenizer, template, generation, .. } = m;
-    let backend = make_backend(backend, Arc::new(transformer))?;
-    Ok(Session { backend, tokenizer, model: LoadedModelInfo { template, generation } })
+    let backend = AnyBackend::new(backend, Arc::new(transformer))?;
+    Ok(Session { backend, tokenizer, template, generation, model: resolved, data })
 }
 
 fn special_ids(s: &Session) -> Vec<u32> {
     let c = s.backend.config();
     let mut v: Vec<u32> = [c.eos_token_id, c.eot_token_id, c.pad_token_id, c.bos_token_id].into_iter().flatten().collect();
-    v.extend(s.model.template.stop_strings().iter().filter_map(|t| s.tokenizer.token_id(t)));
+    v.extend(s.template.stop_strings().iter().filter_map(|t| s.tokenizer.token_id(t)));
     v
 }
 
-/// Runs one decode with optional live drawing; returns the output.
+/// Runs one decode with optional live drawing and recording; returns the output.
+#[allow(clippy::too_many_arguments)]
 fn decode_live(
     backend: &mut dyn Backend,
     tokenizer: &TextTokenizer,
@@ -103,6 +87,7 @@ fn decode_live(
     prompt_len: usize,
     settings: &DecodeSettings,
     out: &OutputArgs,
+    mut recording: Option<&mut Recording>,
     run: impl FnOnce(&mut dyn Backend, &mut dyn FnMut(&StepFrame) -> ControlFlow<()>) -> Result<DecodeOutput>,
 ) -> Result<DecodeOutput> {
     let live = out.live_enabled();
@@ -110,6 +95,9 @@ fn decode_live(
     let mut canvas = LiveCanvas::new(tokenizer, prompt_len, settings.gen_length, mask, special);
     let mut stdout = std::io::stdout();
     let mut on_frame = |f: &StepFrame| {
+        if let Some(r) = recording.as_deref_mut() {
+            r.record(f);
+        }
         if live {
             canvas.apply(f);
             let _ = canvas.draw(&mut stdout, f);
@@ -123,7 +111,7 @@ fn decode_live(
     result
 }
 
-fn report(text: &str, o: &DecodeOutput, out: &OutputArgs, backend: &str) -> Result<()> {
+fn report(text: &str, o: &DecodeOutput, out: &OutputArgs, backend: &str, run_id: Option<i64>) -> Result<()> {
     if out.json {
         println!(
             "{}",
@@ -131,6 +119,7 @@ fn report(text: &str, o: &DecodeOutput, out: &OutputArgs, backend: &str) -> Resu
                 "text": text, "tokens": o.tokens, "steps": o.steps, "forwards": o.forwards,
                 "tokens_per_forward": o.tokens_per_forward, "wall_s": o.wall_s,
                 "simulated_s": o.simulated_s, "stop_reason": o.stop_reason, "backend": backend,
+                "run_id": run_id,
             }))?
         );
         return Ok(());
@@ -138,38 +127,88 @@ fn report(text: &str, o: &DecodeOutput, out: &OutputArgs, backend: &str) -> Resu
     println!("{text}");
     if out.stats {
         let sim = o.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
+        let run = run_id.map(|id| format!(" · run {id}")).unwrap_or_default();
         eprintln!(
-            "[{backend}] {} steps, {} forwards, {:.2} tokens/forward, {:.2} s wall{sim}",
+            "[{backend}] {} steps, {} forwards, {:.2} tokens/forward, {:.2} s wall{sim}{run}",
             o.steps, o.forwards, o.tokens_per_forward, o.wall_s
         );
     }
     Ok(())
 }
 
+/// One recorded (or not) decode of a session: starts the run, decodes, stores outcome and timeline.
+fn recorded_decode(
+    s: &mut Session,
+    prompt: &str,
+    settings: &DecodeSettings,
+    out: &OutputArgs,
+    prompt_len: usize,
+    run: impl FnOnce(&mut dyn Backend, &TextTokenizer, &mut dyn FnMut(&StepFrame) -> ControlFlow<()>) -> Result<(DecodeOutput, String)>,
+) -> Result<(DecodeOutput, String, Option<i64>)> {
+    let backend_name = s.backend.name();
+    let mut recording = match &s.data {
+        Some(d) => Some(Recording::start(d, &s.model, &backend_name, prompt, settings)?),
+        None => None,
+    };
+    let mark = s.backend.timeline_mark();
+    let special = special_ids(s);
+    let tokenizer = &s.tokenizer;
+    let mut text = String::new();
+    let result = decode_live(s.backend.as_dyn(), tokenizer, special, prompt_len, settings, out, recording.as_mut(), |b, f| {
+        let (o, t) = run(b, tokenizer, f)?;
+        text = t;
+        Ok(o)
+    });
+    let timeline = s.backend.timeline_since(mark);
+    match (result, recording) {
+        (Ok(o), Some(r)) => {
+            let id = r.finish(&o, &text, timeline)?;
+            Ok((o, text, Some(id)))
+        }
+        (Ok(o), None) => Ok((o, text, None)),
+        (Err(e), Some(r)) => {
+            // Keep the failed run (and its partial trace) for `runs show`, then report the decode error.
+            let _ = r.fail(&e);
+            Err(e)
+        }
+        (Err(e), None) => Err(e),
+    }
+}
+
 /// `unmask generate PROMPT`.
-pub fn run_generate(prompt: &str, raw: bool, model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, out: &OutputArgs) -> Result<()> {
-    let mut s = open(model, backend)?;
-    let settings = decode.settings(&s.model.generation);
-    let text = if raw { prompt.to_owned() } else { s.model.template.render(&[ChatMessage::user(prompt)], true) };
+pub fn run_generate(
+    prompt: &str,
+    raw: bool,
+    model: &ModelArg,
+    decode: &DecodeArgs,
+    backend: &BackendArgs,
+    out: &OutputArgs,
+    data_dir: Option<&Path>,
+) -> Result<()> {
+    let mut s = open(model, backend, out, data_dir)?;
+    let settings = decode.settings(&s.generation);
+    let text = if raw { prompt.to_owned() } else { s.template.render(&[ChatMessage::user(prompt)], true) };
     let ids = s.tokenizer.encode(&text)?;
     let cancel = CancelFlag::new();
     let stop = special_ids(&s);
-    let o = decode_live(s.backend.as_mut(), &s.tokenizer, stop.clone(), ids.len(), &settings, out, |b, f| {
-        Ok(generate(b, &ids, &settings, &cancel, f)?)
+    let (o, answer, run_id) = recorded_decode(&mut s, prompt, &settings, out, ids.len(), |b, tok, f| {
+        let o = generate(b, &ids, &settings, &cancel, f)?;
+        let answer = tok.decode(trim_at_stop(&o.tokens, &stop), true);
+        Ok((o, answer))
     })?;
-    let answer = s.tokenizer.decode(trim_at_stop(&o.tokens, &stop), true);
-    report(answer.trim(), &o, out, &s.backend.name())
+    report(answer.trim(), &o, out, &s.backend.name(), run_id)
 }
 
-/// `unmask chat`: one reply per input line until EOF or /quit.
-pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, out: &OutputArgs) -> Result<()> {
-    let mut s = open(model, backend)?;
-    let settings = decode.settings(&s.model.generation);
-    let mut chat = ChatSession::new(s.model.template.clone(), settings.clone());
+/// `unmask chat`: one reply per input line until EOF or /quit; each reply is a recorded run.
+pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<()> {
+    let mut s = open(model, backend, out, data_dir)?;
+    let settings = decode.settings(&s.generation);
+    let mut chat = ChatSession::new(s.template.clone(), settings.clone());
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
-            "unmask chat · {} · {} (type /reset to start over, /quit or Ctrl-D to leave)",
+            "unmask chat · {} ({}) · {} (type /reset to start over, /quit or Ctrl-D to leave)",
+            s.model.name,
             s.backend.config().arch.gguf_name(),
             s.backend.name()
         );
@@ -201,22 +240,25 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
             msgs.push(ChatMessage::user(line));
             s.tokenizer.encode(&chat.template.render(&msgs, true))?.len()
         };
-        let special = special_ids(&s);
-        let mut reply_text = String::new();
-        let tokenizer = &s.tokenizer;
-        let o = decode_live(s.backend.as_mut(), tokenizer, special, prompt_len, &settings, out, |b, f| {
-            let r = chat.reply(b, tokenizer, line, &cancel, f)?;
-            reply_text = r.text.clone();
-            Ok(r.output)
+        let (o, reply, run_id) = recorded_decode(&mut s, line, &settings, out, prompt_len, |b, tok, f| {
+            let r = chat.reply(b, tok, line, &cancel, f)?;
+            Ok((r.output, r.text))
         })?;
-        report(reply_text.trim(), &o, out, &s.backend.name())?;
+        report(reply.trim(), &o, out, &s.backend.name(), run_id)?;
     }
     Ok(())
 }
 
 /// `unmask info`.
-pub fn run_info(model: &ModelArg, json_out: bool) -> Result<()> {
-    let path = model_path::resolve(model.model.as_deref())?;
+pub fn run_info(model: &ModelArg, json_out: bool, data_dir: Option<&Path>) -> Result<()> {
+    // The store is only consulted for names the embedded models and paths do not cover.
+    let path = match model_path::resolve(model.model.as_deref()) {
+        Ok(p) => p,
+        Err(e) => match Data::open(&data::data_dir(data_dir)?) {
+            Ok(d) => data::resolve_model(model.model.as_deref(), Some(&d)).map_err(|_| e)?.path,
+            Err(_) => return Err(e),
+        },
+    };
     let m = load_model(&path).with_context(|| format!("loading model {}", path.display()))?;
     let c = m.config();
     let params: usize = m.transformer.weights.matrix_bytes();

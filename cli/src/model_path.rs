@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+
+use crate::exit::{fail, UNAVAILABLE};
 
 /// Directory name of the embedded default model under `models/`.
 pub const DEFAULT_MODEL: &str = "tiny-llada";
@@ -34,7 +36,7 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
                 return Ok(p);
             }
             if w.contains('/') || w.ends_with(".gguf") {
-                bail!("model path `{w}` does not exist");
+                return Err(fail(UNAVAILABLE, format!("model path `{w}` does not exist")));
             }
             w.clone()
         }
@@ -46,10 +48,18 @@ pub fn resolve(arg: Option<&str>) -> Result<PathBuf> {
             return Ok(p);
         }
     }
-    bail!(
-        "model `{name}` not found (looked in: {}); pass --model PATH to a model directory or .gguf file",
-        model_roots().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-    )
+    Err(fail(
+        UNAVAILABLE,
+        format!(
+            "model `{name}` not found (not in the store, not in {}); `unmask models list` shows the models, or pass --model PATH to a model directory or .gguf file",
+            model_roots().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}
+
+/// The folder of an embedded model, if a model root has it.
+pub fn embedded(name: &str) -> Option<PathBuf> {
+    model_roots().into_iter().map(|r| r.join(name)).find(|p| p.join("config.json").exists())
 }
 
 /// Embedded models found in the model roots: (name, path).

@@ -1,107 +1,140 @@
-//! Drives the `unmask` binary as a user or script would.
+//! Drives the `unmask` binary as a user or script would: flags, errors and exit codes,
+//! generate and chat on the embedded model.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-use assert_cmd::prelude::*;
-
-fn unmask() -> Command {
-    let mut c = Command::cargo_bin("unmask").expect("binary built");
-    c.env("UNMASK_THREADS", "2").env_remove("UNMASK_MODEL");
-    c
-}
-
-fn default_model() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada")
-}
-
-const SMALL: [&str; 6] = ["--gen-length", "16", "--block-length", "16", "--steps", "16"];
+use common::{default_model, Env, SMALL};
 
 #[test]
-fn help_and_bad_flags() {
-    unmask().arg("--help").assert().success();
-    let out = unmask().args(["generate", "--no-such-flag", "x"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "bad flags exit 2");
+fn help_lists_exit_codes_and_bad_flags_exit_2() {
+    let env = Env::new();
+    let help = env.ok(&["--help"]);
+    assert!(help.contains("Exit codes") && help.contains("6 store"), "{help}");
+    let help = env.ok(&["generate", "--help"]);
+    for flag in ["--spec-lookahead", "--revision-stable-threshold", "--threshold", "--no-record", "--eps"] {
+        assert!(help.contains(flag), "{flag} missing from generate --help");
+    }
+    for args in [
+        &["generate", "--no-such-flag", "x"][..],
+        &["generate", "x", "--threshold", "abc"],
+        &["generate", "x", "--cache", "sideways"],
+        // A speculative knob without --speculative.
+        &["generate", "x", "--spec-lookahead", "8"],
+        &["models", "frobnicate"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]
 fn missing_model_is_exit_3() {
-    let out = unmask().args(["generate", "--model", "/nonexistent/model", "hi"]).output().unwrap();
+    let env = Env::new();
+    let out = env.run(&["generate", "--model", "/nonexistent/model", "hi"]);
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    let out = env.run(&["generate", "--model", "no-such-model", "hi"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    let out = env.run(&["generate", "hi", "--backend", "vnpu", "--device", "sm0000"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sm8750"), "lists the profiles");
 }
 
 #[test]
 fn corrupt_weights_are_exit_3_with_file_name() {
+    let env = Env::new();
     let dir = tempfile::tempdir().unwrap();
     for f in ["config.json", "tokenizer.json", "generation_config.json"] {
         std::fs::copy(default_model().join(f), dir.path().join(f)).unwrap();
     }
     let w = std::fs::read(default_model().join("model.safetensors")).unwrap();
     std::fs::write(dir.path().join("model.safetensors"), &w[..w.len() / 2]).unwrap();
-    let out = unmask().args(["generate", "--model"]).arg(dir.path()).arg("hi").output().unwrap();
+    let out = env.cmd().args(["generate", "--model"]).arg(dir.path()).arg("hi").output().unwrap();
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("model.safetensors") && err.contains("corrupt"), "{err}");
+    // A garbage GGUF file.
+    let g = dir.path().join("junk.gguf");
+    std::fs::write(&g, b"GGUF\x03\x00\x00\x00 definitely not a model").unwrap();
+    let out = env.cmd().args(["generate", "--model"]).arg(&g).arg("hi").output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
 fn invalid_settings_are_exit_4() {
-    let out = unmask().args(["generate", "hi", "--gen-length", "10", "--block-length", "4"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let env = Env::new();
+    for args in [
+        &["generate", "hi", "--gen-length", "10", "--block-length", "4"][..],
+        &["generate", "hi", "--threshold", "1.5"],
+        &["generate", "hi", "--temperature=-1"],
+        &["generate", "hi", "--revision", "--revision-visible-threshold", "0.95", "--revision-stable-threshold", "0.9"],
+        &["generate", "hi", "--gen-length", "100000", "--block-length", "100000", "--steps", "100000"],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 #[test]
 fn generate_json_on_embedded_model() {
-    let out = unmask().args(["generate", "What is 12+7?", "--json"]).args(SMALL).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let env = Env::new();
+    let mut args = vec!["generate", "What is 12+7?", "--json"];
+    args.extend_from_slice(&SMALL);
+    let v = env.json(&args);
     assert!(v["steps"].as_u64().unwrap() >= 1);
     assert_eq!(v["tokens"].as_array().unwrap().len(), 16);
     assert!(v["text"].is_string());
-    // Not a terminal: no escape sequences.
-    assert!(!String::from_utf8_lossy(&out.stdout).contains('\x1b'));
+    assert!(v["run_id"].is_i64(), "recorded by default");
+}
+
+#[test]
+fn npu_aware_flags_reach_the_decoder() {
+    let env = Env::new();
+    let base = ["generate", "Sort: pear apple fig", "--json", "--gen-length", "32", "--block-length", "8", "--steps", "32"];
+    let mut a = base.to_vec();
+    a.extend(["--speculative", "--spec-lookahead", "8", "--spec-buckets", "8,16", "--revision", "--revision-max-checks", "2"]);
+    let v = env.json(&a);
+    let run = v["run_id"].as_i64().unwrap();
+    let show = env.json(&["runs", "show", &run.to_string(), "--json"]);
+    let s = &show["run"]["settings"];
+    assert_eq!(s["speculative"]["max_lookahead"], 8);
+    assert_eq!(s["speculative"]["token_buckets"], serde_json::json!([8, 16]));
+    assert_eq!(s["revision"]["max_checks"], 2);
+    assert_eq!(s["revision"]["stable_threshold"], 0.9);
 }
 
 #[test]
 fn generate_is_reproducible() {
-    let run = || unmask().args(["generate", "Reverse: pear apple fig", "--cache", "prefix"]).args(SMALL).output().unwrap().stdout;
+    let env = Env::new();
+    let run = || {
+        let mut a = vec!["generate", "Reverse: pear apple fig", "--cache", "prefix", "--no-record"];
+        a.extend_from_slice(&SMALL);
+        env.ok(&a)
+    };
     assert_eq!(run(), run());
 }
 
 #[test]
 fn chat_reads_turns_from_stdin() {
-    let mut cmd = unmask();
+    let env = Env::new();
+    let mut cmd = env.cmd();
     cmd.args(["chat"]).args(SMALL);
-    let out = assert_cmd::Command::from_std(cmd).write_stdin("What is 2+3?\nSort: pear apple fig\n/quit\n").output().unwrap();
+    let out = assert_cmd::Command::from_std(cmd).write_stdin("What is 2+3?\n/reset\nSort: pear apple fig\n/quit\nignored\n").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // One reply line per turn.
-    assert!(String::from_utf8_lossy(&out.stdout).lines().count() >= 2);
+    // One reply line per turn; /reset is acknowledged; nothing after /quit.
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("conversation cleared"));
 }
 
 #[test]
-fn info_and_models_list() {
-    let out = unmask().args(["info", "--json"]).output().unwrap();
-    assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+fn info_and_data_dir_flag() {
+    let env = Env::new();
+    let v = env.json(&["info", "--json"]);
     assert_eq!(v["config"]["arch"], "llada");
-    let out = unmask().args(["models", "list"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("tiny-llada (default)"));
-}
-
-/// The live canvas is drawn when stdout is a terminal: run under `script` for a pseudo-terminal.
-#[test]
-fn live_mode_draws_in_a_pty() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipping: `script` (util-linux) not installed");
-        return;
-    }
-    let bin = assert_cmd::cargo::cargo_bin("unmask");
-    let cmd = format!("{} generate 'What is 2+3?' {}", bin.display(), SMALL.join(" "));
-    let out = Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("UNMASK_THREADS", "2").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("step") && text.contains("committed"), "status line missing: {text}");
-    assert!(text.contains("\x1b["), "no redraw escape sequences");
-    assert!(text.contains('▒'), "masked positions not shown");
+    // --data-dir wins over $UNMASK_DATA_DIR.
+    let other = tempfile::tempdir().unwrap();
+    let out = env.cmd().args(["models", "list", "--data-dir"]).arg(other.path()).output().unwrap();
+    assert!(out.status.success());
+    assert!(other.path().join("unmask.db").exists());
 }

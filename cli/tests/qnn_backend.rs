@@ -8,9 +8,10 @@ use std::process::Command;
 
 use assert_cmd::prelude::*;
 
-fn unmask() -> Command {
+/// `unmask` with its runs recorded in a private data folder (never the user's).
+fn unmask(data: &std::path::Path) -> Command {
     let mut c = Command::cargo_bin("unmask").expect("binary built");
-    c.env("UNMASK_THREADS", "2").env_remove("UNMASK_MODEL");
+    c.env("UNMASK_THREADS", "2").env("UNMASK_DATA_DIR", data).env_remove("UNMASK_MODEL");
     c
 }
 
@@ -18,7 +19,8 @@ const SMALL: [&str; 6] = ["--gen-length", "16", "--block-length", "16", "--steps
 
 #[test]
 fn missing_qnn_library_is_exit_3_naming_it() {
-    let out = unmask()
+    let data = tempfile::tempdir().unwrap();
+    let out = unmask(data.path())
         .args(["generate", "hi", "--backend", "qnn", "--qnn-lib", "/nonexistent/libQnnHtp.so"])
         .args(SMALL)
         .output()
@@ -32,8 +34,9 @@ fn missing_qnn_library_is_exit_3_naming_it() {
 fn generates_on_the_mock_and_a_second_run_reloads_the_cache() {
     let m = mock::Mock::new();
     let cache = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
     let run = || {
-        let out = unmask()
+        let out = unmask(data.path())
             .args(["generate", "What is 12+7?", "--json", "--backend", "qnn", "--qnn-lib"])
             .arg(m.path())
             .arg("--qnn-cache")

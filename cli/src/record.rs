@@ -1,0 +1,66 @@
+//! Recording a decode as a run in the store: settings and prompt up front, every step frame
+//! while it decodes (buffered, written in batches by the store's background writer), then the
+//! output, metrics, energy and the vNPU timeline.
+
+use anyhow::{Context, Result};
+use unmask_engine::decode::{DecodeOutput, DecodeSettings, StepFrame};
+use unmask_store::{NewRun, RunOutcome, RunRecorder, StoredTimeline};
+
+use crate::data::{Data, ResolvedModel};
+
+/// A run being recorded.
+pub struct Recording<'a> {
+    data: &'a Data,
+    rec: RunRecorder,
+}
+
+impl<'a> Recording<'a> {
+    /// Starts a run (status `running`).
+    pub fn start(
+        data: &'a Data,
+        model: &ResolvedModel,
+        backend: &str,
+        prompt: &str,
+        settings: &DecodeSettings,
+    ) -> Result<Recording<'a>> {
+        let new = match &model.record {
+            Some(m) => NewRun::new(m, backend, prompt, settings.clone()),
+            None => NewRun {
+                model_id: None,
+                model_name: model.name.clone(),
+                backend: backend.to_owned(),
+                prompt: prompt.to_owned(),
+                settings: settings.clone(),
+            },
+        };
+        let rec = data.block_on(data.store().start_run(new)).context("recording the run")?;
+        Ok(Recording { data, rec })
+    }
+
+    /// Records one step frame (a copy; no I/O on this thread).
+    pub fn record(&mut self, f: &StepFrame) {
+        self.rec.record(f);
+    }
+
+    /// Ends the run as completed; returns its id.
+    pub fn finish(mut self, out: &DecodeOutput, text: &str, timeline: Option<StoredTimeline>) -> Result<i64> {
+        let mut outcome = RunOutcome::from_decode(out, text);
+        if let Some(t) = &timeline {
+            if let Some(p) = &t.power {
+                outcome.metrics.energy_mj = Some(t.timeline.energy(p).total_j * 1e3);
+            }
+        }
+        if let Some(t) = timeline {
+            self.rec.set_timeline(t);
+        }
+        let id = self.rec.id();
+        self.data.block_on(self.rec.finish(outcome)).context("saving the run")?;
+        Ok(id)
+    }
+
+    /// Ends the run as failed with the decode's error.
+    pub fn fail(self, err: &anyhow::Error) -> Result<()> {
+        self.data.block_on(self.rec.fail(format!("{err:#}"))).context("saving the failed run")?;
+        Ok(())
+    }
+}
