@@ -52,13 +52,26 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const p = await freshPage();
     const run = byBackend("cpu");
     const final = expectedFinal(run);
-    await p.evaluate(() => { window.__UNMASK_HOLD__ = true; });
+    // Hold the stream after `started` and, when the recording is long enough, after its second
+    // batch of frames, to check the canvas at both points.
+    const framesAt = run.events.flatMap((e, i) => (e.kind === "frames" ? [i] : []));
+    const mid = framesAt.length >= 3 ? framesAt[1] : null;
+    const startedAt = run.events.findIndex((e) => e.kind === "started");
+    await p.evaluate((at) => { window.__UNMASK_HOLD_AT__ = at; }, mid === null ? [startedAt] : [startedAt, mid]);
     await p.getByTestId("prompt").fill(run.request.prompt);
     await p.getByTestId("send").click();
-    // Held right after `started`: the canvas exists and is fully masked.
     await p.getByTestId("stop").waitFor();
     await p.waitForFunction((n) => document.querySelectorAll("[data-testid=live] [data-testid=token-canvas] .tok.masked").length === n, final.slots.length);
-    await p.evaluate(() => { window.__UNMASK_HOLD__ = false; window.__UNMASK_RELEASE__(); });
+    await p.evaluate(() => window.__UNMASK_RELEASE__());
+    if (mid !== null) {
+      const started = run.events[startedAt] as Extract<GenerateEvent, { kind: "started" }>;
+      const sofar = run.events.slice(0, mid + 1).flatMap((e) => (e.kind === "frames" ? e.frames : []));
+      const partial = canvasAtStep(started.promptTokens, started.canvasLength, sofar, sofar.length);
+      await expect.poll(() => tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(partial));
+      await shot(p, "live");
+      await p.evaluate(() => window.__UNMASK_RELEASE__());
+    }
+    await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; });
     await p.getByTestId("run-stats").waitFor();
     expect(await tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(final));
     const assistant = p.getByTestId("msg-assistant");
@@ -75,10 +88,10 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await replay.getByTestId("scrubber").fill("0");
     await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step 0 / ${total}`);
     expect((await tokensIn(p, "[data-testid=replay]")).every(([s]) => s === "masked")).toBe(true);
-    const mid = Math.max(1, Math.floor(total / 2));
-    await replay.getByTestId("scrubber").fill(String(mid));
-    await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step ${mid} / ${total}`);
-    const atMid = canvasAtStep(run.detail.promptTokens, run.detail.canvasLength, run.detail.frames, mid);
+    const half = Math.max(1, Math.floor(total / 2));
+    await replay.getByTestId("scrubber").fill(String(half));
+    await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step ${half} / ${total}`);
+    const atMid = canvasAtStep(run.detail.promptTokens, run.detail.canvasLength, run.detail.frames, half);
     expect(await tokensIn(p, "[data-testid=replay]")).toEqual(slotsOf(atMid));
     await shot(p, "replay");
     await replay.getByTestId("scrubber").fill(String(total));
@@ -100,11 +113,12 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     expect(gens[1].replaceFromMessageId).not.toBeNull();
 
     // Stop while held: the run ends cancelled.
-    await p.evaluate(() => { window.__UNMASK_HOLD__ = true; });
+    await p.evaluate((at) => { window.__UNMASK_HOLD_AT__ = [at]; }, startedAt);
     await p.getByTestId("prompt").fill("Stop me");
     await p.getByTestId("send").click();
     await p.getByTestId("stop").click();
-    await p.evaluate(() => { window.__UNMASK_HOLD__ = false; window.__UNMASK_RELEASE__(); });
+    await expect.poll(() => p.evaluate(() => window.__UNMASK_CALLS__.some((c) => c.cmd === "stop_generation"))).toBe(true);
+    await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; window.__UNMASK_RELEASE__(); });
     await expect.poll(() => p.getByTestId("run-stats").textContent()).toContain("cancelled");
     expect(errors).toEqual([]);
   });

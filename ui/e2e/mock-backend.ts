@@ -17,8 +17,8 @@ declare global {
     __UNMASK_CALLS__: { cmd: string; args: unknown }[];
     /** Delay between streamed events, ms. */
     __UNMASK_STEP_MS__: number;
-    /** When set, each generation holds after `started` until __UNMASK_RELEASE__() is called. */
-    __UNMASK_HOLD__: boolean;
+    /** Event indices of a generate stream after which the stream holds until __UNMASK_RELEASE__(). */
+    __UNMASK_HOLD_AT__: number[];
     __UNMASK_RELEASE__: () => void;
     /** Progress events a download takes to finish. */
     __UNMASK_DL_TICKS__: number;
@@ -36,7 +36,8 @@ window.__UNMASK_RELEASE__ = () => {
   releases = [];
   rs.forEach((r) => r());
 };
-const hold = () => (window.__UNMASK_HOLD__ ? new Promise<void>((r) => releases.push(r)) : Promise.resolve());
+const holdAfter = (i: number) =>
+  ((window.__UNMASK_HOLD_AT__ ?? []).includes(i) ? new Promise<void>((r) => releases.push(r)) : Promise.resolve());
 const now = () => Date.now();
 
 class Sender {
@@ -124,7 +125,7 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
   running.set(runId, flag);
   let framesSent = 0;
   let status: RunSummary["status"] = "completed";
-  for (const ev of fx.events) {
+  for (const [i, ev] of fx.events.entries()) {
     if (flag.stop) {
       status = "cancelled";
       break;
@@ -134,7 +135,7 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
     if (ev.kind === "finished") break;
     if (ev.kind === "frames") framesSent += ev.frames.length;
     sender.send(out);
-    if (ev.kind === "started") await hold();
+    await holdAfter(i);
     await sleep(stepMs());
   }
   const detail = recordRun(fx, runId, request.prompt, request.settings, status, framesSent);
