@@ -10,7 +10,8 @@ import { loadFixtures } from "../tests/fixtures";
 
 const uiRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 export const distDir = path.join(uiRoot, "dist");
-export const screenshotDir = path.resolve(uiRoot, "..", "docs", "screenshots");
+/** Where screenshots go: test-results/ by default; `npm run screenshots` refreshes docs/screenshots/. */
+export const screenshotDir = path.resolve(uiRoot, process.env.UNMASK_SCREENSHOT_DIR ?? "test-results/screenshots");
 
 const types: Record<string, string> = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css",
   ".json": "application/json", ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon" };
@@ -82,7 +83,7 @@ export async function launch(script: string): Promise<{ context: BrowserContext;
   };
 }
 
-/** Saves a screenshot of the page into docs/screenshots/NAME.png. */
+/** Saves a screenshot of the page as NAME.png in screenshotDir. */
 export async function shot(page: Page, name: string): Promise<void> {
   fs.mkdirSync(screenshotDir, { recursive: true });
   await page.screenshot({ path: path.join(screenshotDir, `${name}.png`) });
