@@ -94,6 +94,8 @@ const presets: Preset[] = [
 const conversations = new Map<number, { c: Conversation; messages: Message[] }>();
 const runs = new Map<number, RunDetail>();
 const running = new Map<number, { stop: boolean }>();
+/** Model each run was made with. */
+const runModel = new Map<number, number>();
 
 function recordRun(fx: RecordedRun, id: number, prompt: string, settings: DecodeSettings, status: RunSummary["status"],
   frames: number): RunDetail {
@@ -102,6 +104,7 @@ function recordRun(fx: RecordedRun, id: number, prompt: string, settings: Decode
   const detail: RunDetail = { ...fx.detail, summary, frames: fx.detail.frames.slice(0, frames) };
   runs.set(id, detail);
   const m = models.find((x) => x.name === summary.modelName) ?? models[0];
+  runModel.set(id, m.id);
   m.runCount += 1;
   m.usedMs = now();
   return detail;
@@ -207,8 +210,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       return null;
     }
     case "model_runs": {
-      const m = models.find((x) => x.id === a.id);
-      return [...runs.values()].filter((r) => r.summary.modelName === m?.name).map((r) => r.summary).reverse();
+      return [...runs.values()].filter((r) => runModel.get(r.summary.id) === a.id).map((r) => r.summary).reverse();
     }
     case "start_download": {
       const id = nextId++;

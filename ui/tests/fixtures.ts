@@ -17,6 +17,9 @@ function jsonFiles(dir: string): string[] {
 
 /** Folder the fixtures come from. */
 export function fixtureDir(): { dir: string; real: boolean } {
+  // Lets a run point at recordings elsewhere (e.g. extracted from another branch).
+  const override = process.env.UNMASK_FIXTURE_DIR;
+  if (override) return { dir: path.resolve(override), real: true };
   const real = path.join(here, "fixtures");
   if (jsonFiles(real).length > 0) return { dir: real, real: true };
   return { dir: path.join(here, "fixtures-provisional"), real: false };
