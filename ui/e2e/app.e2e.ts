@@ -69,7 +69,11 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
       const partial = canvasAtStep(started.promptTokens, started.canvasLength, sofar, sofar.length);
       await expect.poll(() => tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(partial));
       await shot(p, "live");
+      // Switching screens mid-run must not lose the stream (the chat stays mounted).
+      await tab(p, "models");
+      await p.getByTestId("model-table").waitFor();
       await p.evaluate(() => window.__UNMASK_RELEASE__());
+      await tab(p, "chat");
     }
     await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; });
     await p.getByTestId("run-stats").waitFor();
