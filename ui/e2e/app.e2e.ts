@@ -172,6 +172,18 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     expect(await p.getByTestId("slice").count()).toBeLessThanOrEqual(tl.events.length);
     await p.getByTestId("zoom-reset").click();
     await expect.poll(() => p.getByTestId("view-range").textContent()).toBe(before);
+    // Wheel zooms around the pointer; dragging the zoomed view pans it.
+    const box = await p.locator("[data-testid=timeline] svg").boundingBox();
+    if (!box) throw new Error("timeline has no box");
+    await p.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
+    await p.mouse.wheel(0, -400);
+    await expect.poll(() => p.getByTestId("view-range").textContent()).not.toBe(before);
+    const zoomed = await p.getByTestId("view-range").textContent();
+    await p.mouse.down();
+    await p.mouse.move(box.x + box.width * 0.3, box.y + box.height / 2, { steps: 5 });
+    await p.mouse.up();
+    await expect.poll(() => p.getByTestId("view-range").textContent()).not.toBe(zoomed);
+    await p.getByTestId("zoom-reset").click();
 
     const [download] = await Promise.all([p.waitForEvent("download"), p.getByTestId("export-perfetto").click()]);
     expect(download.suggestedFilename()).toMatch(/^unmask-run-\d+\.perfetto\.json$/);
@@ -179,6 +191,11 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const { readFileSync } = await import("node:fs");
     const trace = JSON.parse(readFileSync(file, "utf8")) as { traceEvents: unknown[] };
     expect(trace.traceEvents.length).toBeGreaterThan(0);
+    await p.getByTestId("export-path").fill("/tmp/trace.json");
+    await p.getByTestId("export-to-path").click();
+    await expect.poll(() => p.getByTestId("exported").textContent()).toContain("/tmp/trace.json");
+    const exp = await p.evaluate(() => window.__UNMASK_CALLS__.find((c) => c.cmd === "export_perfetto")?.args);
+    expect(exp).toMatchObject({ path: "/tmp/trace.json" });
     expect(errors).toEqual([]);
   });
 
