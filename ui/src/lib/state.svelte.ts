@@ -41,7 +41,9 @@ export async function loadAll(): Promise<void> {
     app.models = models;
     app.presets = presets;
     app.schema = schema;
-    app.settings = defaultSettings(schema);
+    const reference = presets.find((p) => p.builtin);
+    if (reference) applyPreset(reference);
+    else app.settings = defaultSettings(schema);
     app.modelId = info.defaultModelId ?? models[0]?.id ?? null;
     app.loaded = true;
   } catch (e) {
@@ -64,6 +66,19 @@ export async function refreshPresets(): Promise<void> {
     app.presets = await api.listPresets();
   } catch (e) {
     showError(e);
+  }
+}
+
+/**
+ * Starting settings: the first built-in preset (the reference decoder) when there is one, since a
+ * schema default can be a suggested value (e.g. a threshold) rather than the engine's "unset".
+ */
+export function resetSettings(): void {
+  const reference = app.presets.find((p) => p.builtin);
+  if (reference) applyPreset(reference);
+  else {
+    app.settings = defaultSettings(app.schema);
+    app.presetId = null;
   }
 }
 
