@@ -41,9 +41,7 @@ export async function loadAll(): Promise<void> {
     app.models = models;
     app.presets = presets;
     app.schema = schema;
-    const reference = presets.find((p) => p.builtin);
-    if (reference) applyPreset(reference);
-    else app.settings = defaultSettings(schema);
+    resetSettings();
     app.modelId = info.defaultModelId ?? models[0]?.id ?? null;
     app.loaded = true;
   } catch (e) {
