@@ -124,6 +124,13 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => p.evaluate(() => window.__UNMASK_CALLS__.some((c) => c.cmd === "stop_generation"))).toBe(true);
     await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; window.__UNMASK_RELEASE__(); });
     await expect.poll(() => p.getByTestId("run-stats").textContent()).toContain("cancelled");
+
+    // Copy gives feedback; deleting the conversation empties the list and the view.
+    await p.getByTestId("msg-assistant").first().getByTestId("copy").click();
+    await expect.poll(() => p.getByTestId("msg-assistant").first().getByTestId("copy").textContent()).toBe("Copied");
+    await p.getByTestId("delete-conversation").click();
+    await expect.poll(() => p.locator("[data-testid=conversations] li button.link").count()).toBe(0);
+    expect(await p.getByTestId("msg-user").count()).toBe(0);
     expect(errors).toEqual([]);
   });
 
@@ -218,11 +225,16 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("download").click();
     const dl = p.getByTestId("download-row");
     await p.getByTestId("dl-pause").click();
-    await expect.poll(() => dl.getAttribute("data-status")).toBe("paused");
+    await expect.poll(() => dl.first().getAttribute("data-status")).toBe("paused");
     await shot(p, "models");
     await p.getByTestId("dl-resume").click();
-    await expect.poll(() => dl.getAttribute("data-status"), { timeout: 60_000 }).toBe("finished");
+    await expect.poll(() => dl.first().getAttribute("data-status"), { timeout: 60_000 }).toBe("finished");
     await expect.poll(() => rows.count()).toBe(3);
+    await p.getByTestId("dl-repo").fill("Dream-org/Dream-v0-Instruct-7B");
+    await p.getByTestId("download").click();
+    await dl.nth(1).getByTestId("dl-cancel").click();
+    await expect.poll(() => dl.nth(1).getAttribute("data-status")).toBe("cancelled");
+    expect(await rows.count()).toBe(3);
 
     await rows.nth(1).getByTestId("delete-model").click();
     await rows.nth(1).getByTestId("confirm-delete").click();
