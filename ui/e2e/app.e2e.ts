@@ -224,6 +224,8 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("dl-repo").fill("GSAI-ML/LLaDA-8B-Instruct");
     await p.getByTestId("download").click();
     const dl = p.getByTestId("download-row");
+    // Pause once some bytes have arrived, so resume has something to continue from.
+    await expect.poll(() => dl.first().locator("progress").getAttribute("value")).not.toBeNull();
     await p.getByTestId("dl-pause").click();
     await expect.poll(() => dl.first().getAttribute("data-status")).toBe("paused");
     await shot(p, "models");
