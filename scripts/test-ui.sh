@@ -14,7 +14,7 @@ if [ -z "${CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium
 fi
 
-npm ci --no-audit --no-fund
+npm ci --no-audit --no-fund --prefer-offline
 npm run check
 npm test
 npm run build
