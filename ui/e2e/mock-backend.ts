@@ -6,6 +6,7 @@ import type {
   AppInfo, BackendChoice, Conversation, DecodeSettings, DownloadEvent, GenerateEvent, GenerateRequest, Message,
   ModelEntry, Preset, RecordedRun, RunDetail, RunSummary, SettingInfo,
 } from "../src/lib/contract";
+import { splitFrames } from "./split";
 
 type Chan = { id: number };
 type Internals = { runCallback: (id: number, data: unknown) => void };
@@ -20,6 +21,8 @@ declare global {
     /** Event indices of a generate stream after which the stream holds until __UNMASK_RELEASE__(). */
     __UNMASK_HOLD_AT__: number[];
     __UNMASK_RELEASE__: () => void;
+    /** Re-chunk recorded streams to one frame per `frames` event (same frames, finer batches). */
+    __UNMASK_SPLIT_FRAMES__: boolean;
     /** Progress events a download takes to finish. */
     __UNMASK_DL_TICKS__: number;
   }
@@ -128,7 +131,8 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
   running.set(runId, flag);
   let framesSent = 0;
   let status: RunSummary["status"] = "completed";
-  for (const [i, ev] of fx.events.entries()) {
+  const events = window.__UNMASK_SPLIT_FRAMES__ ? splitFrames(fx.events) : fx.events;
+  for (const [i, ev] of events.entries()) {
     if (flag.stop) {
       status = "cancelled";
       break;
