@@ -154,6 +154,13 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const req = await p.evaluate(() => (window.__UNMASK_CALLS__.find((c) => c.cmd === "generate")?.args as { request: unknown }).request);
     expect(req).toMatchObject({ backend: { kind: "vnpu", device: run.request.backend.device ?? "sm8750" } });
     await shot(p, "live-vnpu");
+    // Phone-sized window: one column, the canvas still fully shown.
+    await p.setViewportSize({ width: 390, height: 844 });
+    expect(await tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(final));
+    const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    expect(overflow).toBeLessThanOrEqual(0);
+    await shot(p, "mobile");
+    await p.setViewportSize({ width: 1280, height: 800 });
     expect(errors).toEqual([]);
   });
 
