@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
+# The app UI (ui/): svelte-check, Vitest, vite build, e2e in headless Chromium (about 2 min).
+bash scripts/test-ui.sh
+
 fetch_dir="${UNMASK_FETCH_DIR:-target/test-inputs}"
 mkdir -p "$fetch_dir"
 if [ -x tests/fetch-test-inputs.sh ]; then
