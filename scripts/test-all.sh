@@ -15,4 +15,17 @@ fi
 smol=$(ls "$fetch_dir"/smollm2/*.gguf 2>/dev/null | head -1 || true)
 [ -n "$smol" ] && export UNMASK_SMOLLM2_GGUF="$smol"
 
+# The app crate (src-tauri, a workspace member) needs the Tauri/WebKitGTK system packages to build;
+# the smoke test below also needs Xvfb and ImageMagick. Only missing packages are installed.
+tauri_pkgs=(libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev libssl-dev xvfb xauth imagemagick)
+missing=()
+for p in "${tauri_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+
 cargo test --workspace --no-fail-fast 2>&1
+
+# The real app window under Xvfb, generating once with the embedded model (src-tauri).
+bash scripts/app-smoke.sh
