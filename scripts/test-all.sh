@@ -6,6 +6,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
+# The app crate (src-tauri, a workspace member) needs the Tauri/WebKitGTK system packages to build;
+# the smoke test below also needs Xvfb and ImageMagick. Only missing packages are installed.
+tauri_pkgs=(libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev libssl-dev xvfb xauth imagemagick)
+missing=()
+for p in "${tauri_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
+  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+fi
+
 # The app UI (ui/): svelte-check, Vitest, vite build, e2e in headless Chromium (about 2 min).
 bash scripts/test-ui.sh
 
@@ -23,3 +33,6 @@ smol=$(ls "$fetch_dir"/smollm2/*.gguf 2>/dev/null | head -1 || true)
 scripts/test-aarch64.sh
 
 cargo test --workspace --no-fail-fast 2>&1
+
+# The real app window under Xvfb, generating once with the embedded model (src-tauri).
+bash scripts/app-smoke.sh

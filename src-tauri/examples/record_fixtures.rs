@@ -1,0 +1,51 @@
+//! Records real step streams of the embedded model for the UI's tests:
+//! `ui/tests/fixtures/reference-cpu.json` and `spec-revision-vnpu.json`, each
+//! `{ request, events: GenerateEvent[], detail: RunDetail }`.
+//!
+//! `cargo run -p unmask-app --example record_fixtures [OUT_DIR]`
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use unmask_app_lib::dto::{BackendChoice, DecodeSettings, GenerateEvent, GenerateRequest};
+use unmask_app_lib::sink::CollectSink;
+use unmask_app_lib::AppState;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let out = std::env::args_os()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ui/tests/fixtures"));
+    std::fs::create_dir_all(&out)?;
+    let data = tempfile::tempdir()?;
+    let state = AppState::open(data.path()).await.map_err(|e| anyhow::anyhow!(e.message))?;
+    let base = DecodeSettings { gen_length: 32, block_length: 16, steps: 32, ..DecodeSettings::default() };
+    let cases = [
+        ("reference-cpu.json", "What is 2+3?", base.clone(), BackendChoice::cpu()),
+        (
+            "spec-revision-vnpu.json",
+            "Sort: pear apple fig",
+            DecodeSettings { speculative: true, revision: true, ..base },
+            BackendChoice::vnpu("sm8750"),
+        ),
+    ];
+    for (file, prompt, settings, backend) in cases {
+        let request = GenerateRequest {
+            conversation_id: None,
+            model_id: None,
+            prompt: prompt.into(),
+            settings,
+            backend,
+            replace_from_message_id: None,
+        };
+        let sink = CollectSink::<GenerateEvent>::default();
+        let summary = state.generate(request.clone(), Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!(e.message))?;
+        let detail = state.get_run(summary.id).await.map_err(|e| anyhow::anyhow!(e.message))?;
+        let doc = serde_json::json!({ "request": request, "events": sink.events(), "detail": detail });
+        let path = out.join(file);
+        std::fs::write(&path, serde_json::to_string_pretty(&doc)?)?;
+        println!("wrote {} ({} events, output {:?})", path.display(), sink.events().len(), summary.output);
+    }
+    Ok(())
+}

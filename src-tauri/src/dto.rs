@@ -1,0 +1,504 @@
+//! The IPC types of the app contract (`notes/app-contract.md`, v1): serde + specta, exported to
+//! `ui/src/lib/bindings.ts`. Conversions from the engine's and store's own types live here too, so
+//! the command modules only move data.
+
+use serde::{Deserialize, Serialize};
+use specta::Type;
+use unmask_engine::decode::{self as engine_decode, CacheMode, DreamAlg, Remasking};
+
+/// Display state of one canvas position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum TokenState {
+    Masked,
+    Visible,
+    Stable,
+}
+
+impl From<engine_decode::TokenState> for TokenState {
+    fn from(s: engine_decode::TokenState) -> Self {
+        match s {
+            engine_decode::TokenState::Masked => TokenState::Masked,
+            engine_decode::TokenState::Visible => TokenState::Visible,
+            engine_decode::TokenState::Stable => TokenState::Stable,
+        }
+    }
+}
+
+/// One changed canvas position with its token text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenView {
+    pub pos: u32,
+    pub token: u32,
+    pub text: String,
+    pub state: TokenState,
+    pub confidence: f32,
+    pub speculative: bool,
+    pub revised: bool,
+}
+
+/// One denoising step: only the positions that changed (the engine's `StepFrame` with text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct FrameDelta {
+    pub step: u32,
+    pub block: (u32, u32),
+    pub forward_tokens: u32,
+    pub changes: Vec<TokenView>,
+    pub step_wall_s: f64,
+    pub simulated_s: Option<f64>,
+    pub committed_total: u32,
+}
+
+/// Which backend runs a generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum BackendKind {
+    Cpu,
+    Vnpu,
+}
+
+/// Backend plus, for the virtual NPU, the device profile name (e.g. `sm8750`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendChoice {
+    pub kind: BackendKind,
+    pub device: Option<String>,
+}
+
+impl BackendChoice {
+    /// The CPU backend.
+    pub fn cpu() -> Self {
+        BackendChoice { kind: BackendKind::Cpu, device: None }
+    }
+    /// The virtual NPU with a device profile.
+    pub fn vnpu(device: &str) -> Self {
+        BackendChoice { kind: BackendKind::Vnpu, device: Some(device.to_owned()) }
+    }
+    /// Stored form (`cpu`, `vnpu:sm8750`), used for runs and presets.
+    pub fn to_stored(&self) -> String {
+        match self.kind {
+            BackendKind::Cpu => "cpu".into(),
+            BackendKind::Vnpu => format!("vnpu:{}", self.device.as_deref().unwrap_or(crate::backends::DEFAULT_DEVICE)),
+        }
+    }
+    /// Parses the stored form; unknown strings fall back to the CPU.
+    pub fn from_stored(s: &str) -> Self {
+        match s.split_once(':') {
+            Some(("vnpu", d)) => BackendChoice::vnpu(d),
+            _ if s == "vnpu" => BackendChoice::vnpu(crate::backends::DEFAULT_DEVICE),
+            _ => BackendChoice::cpu(),
+        }
+    }
+}
+
+/// LLaDA remasking strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum RemaskingChoice {
+    LowConfidence,
+    Random,
+}
+
+/// KV cache mode between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum CacheChoice {
+    None,
+    Prefix,
+    Dual,
+}
+
+/// The decoding knobs the UI edits (a subset of the engine's settings; see `settings_schema`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodeSettings {
+    pub gen_length: u32,
+    pub block_length: u32,
+    pub steps: u32,
+    pub temperature: f64,
+    pub remasking: RemaskingChoice,
+    pub cache: CacheChoice,
+    pub threshold: Option<f64>,
+    /// Dream: "entropy" | "margin" | "maskgitPlus" | "origin".
+    pub algorithm: Option<String>,
+    pub speculative: bool,
+    pub revision: bool,
+    pub cfg_scale: f64,
+    pub seed: u32,
+}
+
+impl Default for DecodeSettings {
+    fn default() -> Self {
+        DecodeSettings::from_engine(&engine_decode::DecodeSettings::default())
+    }
+}
+
+/// Dream algorithm names of the contract.
+pub const ALGORITHMS: [&str; 4] = ["origin", "maskgitPlus", "margin", "entropy"];
+
+impl DecodeSettings {
+    /// Engine settings for these knobs; everything the contract does not name keeps the engine
+    /// default. Errors: an unknown Dream algorithm name.
+    pub fn to_engine(&self) -> Result<engine_decode::DecodeSettings, String> {
+        let alg = match self.algorithm.as_deref() {
+            None | Some("origin") => DreamAlg::Origin,
+            Some("maskgitPlus") => DreamAlg::MaskgitPlus,
+            Some("margin") => DreamAlg::TopkMargin,
+            Some("entropy") => DreamAlg::Entropy,
+            Some(other) => return Err(format!("unknown algorithm `{other}` (one of {})", ALGORITHMS.join(", "))),
+        };
+        Ok(engine_decode::DecodeSettings {
+            gen_length: self.gen_length as usize,
+            block_length: self.block_length as usize,
+            steps: self.steps as usize,
+            temperature: self.temperature,
+            remasking: match self.remasking {
+                RemaskingChoice::LowConfidence => Remasking::LowConfidence,
+                RemaskingChoice::Random => Remasking::Random,
+            },
+            cfg_scale: self.cfg_scale,
+            threshold: self.threshold,
+            cache: match self.cache {
+                CacheChoice::None => CacheMode::None,
+                CacheChoice::Prefix => CacheMode::Prefix,
+                CacheChoice::Dual => CacheMode::Dual,
+            },
+            seed: u64::from(self.seed),
+            alg,
+            speculative: self.speculative.then(Default::default),
+            revision: self.revision.then(Default::default),
+            ..engine_decode::DecodeSettings::default()
+        })
+    }
+
+    /// The contract's view of engine settings (stored runs and presets).
+    pub fn from_engine(s: &engine_decode::DecodeSettings) -> Self {
+        let sat = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        DecodeSettings {
+            gen_length: sat(s.gen_length),
+            block_length: sat(s.block_length),
+            steps: sat(s.steps),
+            temperature: s.temperature,
+            remasking: match s.remasking {
+                Remasking::LowConfidence => RemaskingChoice::LowConfidence,
+                Remasking::Random => RemaskingChoice::Random,
+            },
+            cache: match s.cache {
+                CacheMode::None => CacheChoice::None,
+                CacheMode::Prefix => CacheChoice::Prefix,
+                CacheMode::Dual => CacheChoice::Dual,
+            },
+            threshold: s.threshold,
+            algorithm: Some(
+                match s.alg {
+                    DreamAlg::Origin => "origin",
+                    DreamAlg::MaskgitPlus => "maskgitPlus",
+                    DreamAlg::TopkMargin => "margin",
+                    DreamAlg::Entropy => "entropy",
+                }
+                .to_owned(),
+            ),
+            speculative: s.speculative.is_some(),
+            revision: s.revision.is_some(),
+            cfg_scale: s.cfg_scale,
+            seed: u32::try_from(s.seed).unwrap_or(u32::MAX),
+        }
+    }
+}
+
+/// Kind of a setting's editor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum SettingKind {
+    Int,
+    Float,
+    Bool,
+    Choice,
+}
+
+/// A setting's default value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Number(f64),
+    Bool(bool),
+    Text(String),
+}
+
+/// One decoding parameter with its explanation, for the settings editor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingInfo {
+    pub key: String,
+    pub label: String,
+    pub explanation: String,
+    pub kind: SettingKind,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub options: Option<Vec<String>>,
+    pub default: Option<SettingValue>,
+}
+
+/// A model in the manager.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelEntry {
+    pub id: i64,
+    pub name: String,
+    pub architecture: String,
+    pub format: String,
+    pub quantisation: String,
+    pub size_bytes: u64,
+    pub sha256: String,
+    pub source: String,
+    pub path: String,
+    pub added_ms: i64,
+    pub used_ms: Option<i64>,
+    pub embedded: bool,
+    pub fits_memory: bool,
+    pub run_count: u32,
+}
+
+/// A named set of decoding settings plus backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct Preset {
+    pub id: i64,
+    pub name: String,
+    pub settings: DecodeSettings,
+    pub backend: BackendChoice,
+    pub builtin: bool,
+}
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: i64,
+    pub role: Role,
+    pub content: String,
+    pub run_id: Option<i64>,
+    pub created_ms: i64,
+}
+
+/// A conversation in the sidebar.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct Conversation {
+    pub id: i64,
+    pub title: String,
+    pub model_id: Option<i64>,
+    pub updated_ms: i64,
+}
+
+/// A conversation with its messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationDetail {
+    pub conversation: Conversation,
+    pub messages: Vec<Message>,
+}
+
+/// How a run ended (or that it still runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Cancelled,
+    Failed,
+    Interrupted,
+}
+
+/// A run in lists and comparisons.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSummary {
+    pub id: i64,
+    pub model_name: String,
+    pub backend: String,
+    pub prompt: String,
+    pub output: String,
+    pub status: RunStatus,
+    pub settings: DecodeSettings,
+    pub started_ms: i64,
+    pub wall_s: Option<f64>,
+    pub forwards: Option<u64>,
+    pub tokens_per_forward: Option<f64>,
+    pub simulated_s: Option<f64>,
+    pub energy_j: Option<f64>,
+    pub steps: u64,
+}
+
+/// Kind of a timeline lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum LaneKind {
+    Npu,
+    Cpu,
+    Dma,
+}
+
+/// One lane of the profiler timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct LaneView {
+    pub id: String,
+    pub label: String,
+    pub kind: LaneKind,
+}
+
+/// One slice on a lane.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub lane: String,
+    pub name: String,
+    pub start_s: f64,
+    pub dur_s: f64,
+    /// True for simulated device time, false for time measured on this machine.
+    pub simulated: bool,
+}
+
+/// A counter track: `[t_s, value]` points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterView {
+    pub name: String,
+    pub unit: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// The profiler view of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineView {
+    pub lanes: Vec<LaneView>,
+    pub events: Vec<EventView>,
+    pub counters: Vec<CounterView>,
+    pub energy_j: Option<f64>,
+    pub peak_resident_bytes: Option<u64>,
+    pub simulated: bool,
+}
+
+/// Everything about one run: summary, step frames for replay, timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct RunDetail {
+    pub summary: RunSummary,
+    pub prompt_tokens: u32,
+    pub canvas_length: u32,
+    pub frames: Vec<FrameDelta>,
+    pub timeline: Option<TimelineView>,
+}
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct GenerateRequest {
+    pub conversation_id: Option<i64>,
+    pub model_id: Option<i64>,
+    pub prompt: String,
+    pub settings: DecodeSettings,
+    pub backend: BackendChoice,
+    /// Regenerate/edit: this message and every later one are replaced.
+    pub replace_from_message_id: Option<i64>,
+}
+
+/// Streamed while a generation runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum GenerateEvent {
+    Started { run_id: i64, conversation_id: i64, prompt_tokens: u32, canvas_length: u32 },
+    /// Batched to ~60 Hz; the last frame is always delivered.
+    Frames { frames: Vec<FrameDelta> },
+    Finished { summary: RunSummary },
+    Failed { message: String },
+}
+
+/// Streamed while a download runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum DownloadEvent {
+    Progress { download_id: u32, file: String, bytes: u64, total_bytes: Option<u64> },
+    Paused { download_id: u32 },
+    Resumed { download_id: u32 },
+    Finished { download_id: u32, model: ModelEntry },
+    Failed { download_id: u32, message: String },
+    Cancelled { download_id: u32 },
+}
+
+/// About this installation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct AppInfo {
+    pub version: String,
+    pub data_dir: String,
+    pub cpu: String,
+    pub threads: u32,
+    pub memory_bytes: u64,
+    pub default_model_id: Option<i64>,
+    /// Virtual NPU device profile names.
+    pub devices: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_round_trip_through_engine() {
+        let s = DecodeSettings {
+            gen_length: 48,
+            block_length: 16,
+            steps: 24,
+            temperature: 0.5,
+            remasking: RemaskingChoice::Random,
+            cache: CacheChoice::Dual,
+            threshold: Some(0.9),
+            algorithm: Some("entropy".into()),
+            speculative: true,
+            revision: true,
+            cfg_scale: 1.5,
+            seed: 7,
+        };
+        let e = s.to_engine().expect("valid");
+        assert_eq!(e.gen_length, 48);
+        assert_eq!(e.alg, DreamAlg::Entropy);
+        assert!(e.speculative.is_some() && e.revision.is_some());
+        assert_eq!(DecodeSettings::from_engine(&e), s);
+    }
+
+    #[test]
+    fn unknown_algorithm_is_refused() {
+        let s = DecodeSettings { algorithm: Some("greedy".into()), ..Default::default() };
+        let err = s.to_engine().unwrap_err();
+        assert!(err.contains("greedy"), "{err}");
+    }
+
+    #[test]
+    fn events_serialise_with_kind_tag_and_camel_case_fields() {
+        let ev = GenerateEvent::Started { run_id: 3, conversation_id: 4, prompt_tokens: 5, canvas_length: 6 };
+        let v = serde_json::to_value(&ev).expect("json");
+        assert_eq!(v, serde_json::json!({"kind": "started", "runId": 3, "conversationId": 4, "promptTokens": 5, "canvasLength": 6}));
+        let d = DownloadEvent::Progress { download_id: 1, file: "a".into(), bytes: 2, total_bytes: None };
+        let v = serde_json::to_value(&d).expect("json");
+        assert_eq!(v, serde_json::json!({"kind": "progress", "downloadId": 1, "file": "a", "bytes": 2, "totalBytes": null}));
+    }
+
+    #[test]
+    fn backend_stored_form_round_trips() {
+        assert_eq!(BackendChoice::from_stored(&BackendChoice::vnpu("sm8650").to_stored()), BackendChoice::vnpu("sm8650"));
+        assert_eq!(BackendChoice::from_stored("cpu"), BackendChoice::cpu());
+    }
+}

@@ -1,0 +1,292 @@
+//! `generate`: chat bookkeeping (conversation, edit/regenerate), then one decode on a worker
+//! thread that records the run and its trace in the store and streams batched frames.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use unmask_engine::backend::cpu::CpuBackend;
+use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
+use unmask_engine::decode::{self as engine_decode, generate, trim_at_stop, CancelFlag, DecodeOutput, StepFrame};
+use unmask_engine::model::ChatMessage;
+use unmask_engine::trace::LanePower;
+use unmask_engine::EngineError;
+use unmask_store::{MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord, StoredTimeline};
+
+use crate::backends::{self, Loaded};
+use crate::batcher::FrameBatcher;
+use crate::dto::{BackendChoice, BackendKind, FrameDelta, GenerateEvent, GenerateRequest, RunSummary, TokenView};
+use crate::error::{AppError, AppResult};
+use crate::runs::summary_of;
+use crate::sink::EventSink;
+use crate::state::AppState;
+
+/// Shared sink of a generation's events.
+pub type GenerateSink = Arc<dyn EventSink<GenerateEvent>>;
+
+/// Title of a new conversation: the first line of its first prompt, shortened.
+fn title_from(prompt: &str) -> String {
+    let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("New chat").trim();
+    let mut t: String = line.chars().take(48).collect();
+    if line.chars().count() > 48 {
+        t.push('…');
+    }
+    t
+}
+
+fn to_chat(m: &unmask_store::Message) -> ChatMessage {
+    match m.role {
+        MessageRole::User => ChatMessage::user(m.content.clone()),
+        MessageRole::Assistant => ChatMessage::assistant(m.content.clone()),
+        MessageRole::System => ChatMessage::system(m.content.clone()),
+    }
+}
+
+impl AppState {
+    /// One chat turn: appends the prompt to the conversation (a new one when none is given;
+    /// with `replace_from_message_id` that message and all later ones are replaced first),
+    /// decodes the answer on a worker thread while streaming events to `sink`, stores the run
+    /// and the assistant message, and returns the run's summary. A stopped run resolves with
+    /// status `cancelled` and its partial answer.
+    pub async fn generate(&self, req: GenerateRequest, sink: GenerateSink) -> AppResult<RunSummary> {
+        let result = self.generate_inner(req, sink.clone()).await;
+        if let Err(e) = &result {
+            let _ = sink.send(GenerateEvent::Failed { message: e.message.clone() });
+        }
+        result
+    }
+
+    async fn generate_inner(&self, req: GenerateRequest, sink: GenerateSink) -> AppResult<RunSummary> {
+        if req.prompt.trim().is_empty() {
+            return Err(AppError::invalid("the prompt is empty"));
+        }
+        let model = self.resolve_model(req.model_id).await?;
+        let settings = req.settings.to_engine().map_err(AppError::invalid)?;
+        settings.validate()?;
+        let loaded = self.load(&model).await?;
+
+        let conv = match req.conversation_id {
+            Some(id) => self.store.get_conversation(id).await?,
+            None => {
+                let new = NewConversation { title: title_from(&req.prompt), model_id: Some(model.id), ..Default::default() };
+                self.store.create_conversation(&new).await?
+            }
+        };
+        if let Some(mid) = req.replace_from_message_id {
+            let msgs = self.store.messages(conv.id).await?;
+            if !msgs.iter().any(|m| m.id == mid) {
+                return Err(AppError::invalid(format!("message {mid} is not part of conversation {}", conv.id)));
+            }
+            self.store.truncate_conversation_at(mid).await?;
+        }
+        let mut chat: Vec<ChatMessage> = self.store.messages(conv.id).await?.iter().map(to_chat).collect();
+        self.store.add_message(conv.id, MessageRole::User, &req.prompt, None).await?;
+        chat.push(ChatMessage::user(req.prompt.clone()));
+        let text = loaded.template.render(&chat, true);
+        let ids = loaded.tokenizer.encode(&text)?;
+
+        let record =
+            self.decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, sink.clone(), Some(conv.id)).await?;
+        let summary = summary_of(&record);
+        let answer = record.output.clone().unwrap_or_default();
+        if !answer.is_empty() || record.status == unmask_store::RunStatus::Completed {
+            self.store.add_message(conv.id, MessageRole::Assistant, &answer, Some(record.id)).await?;
+        }
+        let _ = sink.send(GenerateEvent::Finished { summary: summary.clone() });
+        Ok(summary)
+    }
+
+    /// Loads (or reuses) a model on a blocking thread.
+    pub(crate) async fn load(&self, model: &ModelRecord) -> AppResult<Arc<Loaded>> {
+        let path = self.store.model_path(model);
+        let cache = self.models.clone();
+        tokio::task::spawn_blocking(move || cache.get_blocking(&path))
+            .await
+            .map_err(|e| AppError::internal(format!("model loader: {e}")))?
+    }
+
+    /// Runs one decode of `ids` and records it; returns the stored run. Used by chat turns and by
+    /// re-runs from the compare view (`conversation` is only reported in `started`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn decode_run(
+        &self,
+        model: &ModelRecord,
+        loaded: Arc<Loaded>,
+        ids: Vec<u32>,
+        prompt: &str,
+        settings: engine_decode::DecodeSettings,
+        backend: &BackendChoice,
+        sink: GenerateSink,
+        conversation: Option<i64>,
+    ) -> AppResult<RunRecord> {
+        settings.validate_for(&loaded.transformer.config, &ids)?;
+        let new = NewRun::new(model, &backend.to_stored(), prompt, settings.clone());
+        let mut rec = self.store.start_run(new).await?;
+        let run_id = rec.id();
+        let prompt_len = ids.len();
+        // Registered before `started` goes out, so a stop sent in reaction to it is honoured.
+        let cancel = CancelFlag::new();
+        self.running.lock().map_err(|_| AppError::internal("run table poisoned"))?.insert(run_id, cancel.clone());
+        let _ = sink.send(GenerateEvent::Started {
+            run_id,
+            conversation_id: conversation.unwrap_or(0),
+            prompt_tokens: prompt_len as u32,
+            canvas_length: (prompt_len + settings.gen_length) as u32,
+        });
+
+        let interval = self.frame_interval;
+        let backend = backend.clone();
+        let worker_loaded = loaded.clone();
+        let worker_settings = settings.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let job = DecodeJob { loaded: worker_loaded, ids, settings: worker_settings, backend, sink, cancel, interval };
+            let result = job.run(&mut rec);
+            (rec, result)
+        })
+        .await;
+        if let Ok(mut running) = self.running.lock() {
+            running.remove(&run_id);
+        }
+        let (mut rec, result) = joined.map_err(|e| AppError::internal(format!("decode worker: {e}")))?;
+        let stop = loaded.stop_ids();
+        let text_of = |tokens: &[u32]| loaded.tokenizer.decode(trim_at_stop(tokens, &stop), true).trim().to_owned();
+        let record = match result {
+            Ok(done) => {
+                let energy_j = done.timeline.as_ref().and_then(|t| t.power.as_ref().map(|p| t.timeline.energy(p).total_j));
+                rec.set_timeline(done.timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
+                let mut outcome = RunOutcome::from_decode(&done.out, text_of(&done.out.tokens));
+                outcome.metrics.energy_mj = energy_j.map(|j| j * 1e3);
+                rec.finish(outcome).await?
+            }
+            Err(Failure { error: EngineError::Cancelled, partial, frames }) => {
+                rec.set_timeline(crate::timeline::measured_from_frames(&frames));
+                let tokens: Vec<u32> = partial.iter().copied().take_while(|t| t.is_some()).flatten().collect();
+                let outcome = RunOutcome {
+                    output: text_of(&tokens),
+                    output_tokens: tokens,
+                    stop_reason: Some("caller_stopped".into()),
+                    ..Default::default()
+                };
+                rec.cancel(Some(outcome)).await?
+            }
+            Err(Failure { error, .. }) => {
+                let message = error.to_string();
+                rec.fail(&message).await?;
+                return Err(AppError::from(error));
+            }
+        };
+        Ok(record)
+    }
+}
+
+/// What a finished decode hands back to the async side.
+struct Done {
+    out: DecodeOutput,
+    timeline: Option<StoredTimeline>,
+    frames: Vec<StepFrame>,
+}
+
+/// A failed or stopped decode, with the generated tokens committed so far.
+struct Failure {
+    error: EngineError,
+    partial: Vec<Option<u32>>,
+    frames: Vec<StepFrame>,
+}
+
+/// The blocking part of a run.
+struct DecodeJob {
+    loaded: Arc<Loaded>,
+    ids: Vec<u32>,
+    settings: engine_decode::DecodeSettings,
+    backend: BackendChoice,
+    sink: GenerateSink,
+    cancel: CancelFlag,
+    interval: std::time::Duration,
+}
+
+impl DecodeJob {
+    fn run(self, rec: &mut unmask_store::RunRecorder) -> Result<Done, Failure> {
+        let prompt_len = self.ids.len();
+        let mut partial: Vec<Option<u32>> = vec![None; self.settings.gen_length];
+        let mut frames: Vec<StepFrame> = Vec::new();
+        let mut batcher = FrameBatcher::new(self.interval);
+        let tokenizer = &self.loaded.tokenizer;
+        let sink = &self.sink;
+        let mut on_frame = |f: &StepFrame| {
+            rec.record(f);
+            for c in &f.changes {
+                if let Some(slot) = c.pos.checked_sub(prompt_len).and_then(|i| partial.get_mut(i)) {
+                    *slot = (c.state != engine_decode::TokenState::Masked).then_some(c.token);
+                }
+            }
+            frames.push(f.clone());
+            if let Some(batch) = batcher.push(frame_delta(f, &|t| tokenizer.token_text(t)), Instant::now()) {
+                // A closed window must not stop the run: it is still recorded.
+                let _ = sink.send(GenerateEvent::Frames { frames: batch });
+            }
+            ControlFlow::Continue(())
+        };
+        let result = match self.backend.kind {
+            BackendKind::Cpu => {
+                let mut b = CpuBackend::new(self.loaded.transformer.clone());
+                generate(&mut b, &self.ids, &self.settings, &self.cancel, &mut on_frame).map(|o| (o, None))
+            }
+            BackendKind::Vnpu => {
+                let device = self.backend.device.as_deref().unwrap_or(backends::DEFAULT_DEVICE);
+                match backends::device_profile(device) {
+                    Err(e) => Err(EngineError::InvalidRequest(e.message)),
+                    Ok(profile) => VirtualNpu::new(self.loaded.transformer.clone(), profile, VnpuConfig::default())
+                        .and_then(|mut npu| {
+                            let out = generate(&mut npu, &self.ids, &self.settings, &self.cancel, &mut on_frame)?;
+                            let power = LanePower::from_profile(npu.profile());
+                            Ok((out, Some(StoredTimeline { timeline: npu.timeline(), power: Some(power) })))
+                        }),
+                }
+            }
+        };
+        if let Some(batch) = batcher.finish() {
+            let _ = self.sink.send(GenerateEvent::Frames { frames: batch });
+        }
+        match result {
+            Ok((out, timeline)) => Ok(Done { out, timeline, frames }),
+            Err(error) => Err(Failure { error, partial, frames }),
+        }
+    }
+}
+
+/// The UI form of a frame: positions as numbers, token text from `text` (empty for masks).
+pub fn frame_delta(f: &StepFrame, text: &dyn Fn(u32) -> String) -> FrameDelta {
+    FrameDelta {
+        step: f.step as u32,
+        block: (f.block.0 as u32, f.block.1 as u32),
+        forward_tokens: f.forward_tokens as u32,
+        changes: f
+            .changes
+            .iter()
+            .map(|c| TokenView {
+                pos: c.pos as u32,
+                token: c.token,
+                text: if c.state == engine_decode::TokenState::Masked { String::new() } else { text(c.token) },
+                state: c.state.into(),
+                confidence: c.confidence,
+                speculative: c.speculative,
+                revised: c.revised,
+            })
+            .collect(),
+        step_wall_s: f.step_wall_s,
+        simulated_s: f.simulated_s,
+        committed_total: f.committed_total as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_are_the_first_line_shortened() {
+        assert_eq!(title_from("\n  What is 2+2?\nmore"), "What is 2+2?");
+        let long = "x".repeat(60);
+        assert_eq!(title_from(&long).chars().count(), 49);
+    }
+}

@@ -1,0 +1,270 @@
+//! Command logic end to end on the embedded model, without a window: generation with streamed
+//! events, persistence across a reopen, regenerate/stop, presets, imports, runs and Perfetto.
+
+use std::sync::{Arc, Mutex};
+
+use unmask_app_lib::dto::*;
+use unmask_app_lib::sink::{CollectSink, EventSink};
+use unmask_app_lib::AppState;
+
+fn settings() -> DecodeSettings {
+    DecodeSettings { gen_length: 32, block_length: 16, steps: 32, ..DecodeSettings::default() }
+}
+
+fn request(prompt: &str) -> GenerateRequest {
+    GenerateRequest {
+        conversation_id: None,
+        model_id: None,
+        prompt: prompt.into(),
+        settings: settings(),
+        backend: BackendChoice::cpu(),
+        replace_from_message_id: None,
+    }
+}
+
+fn frames_of(events: &[GenerateEvent]) -> Vec<FrameDelta> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            GenerateEvent::Frames { frames } => Some(frames.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// Checks the event protocol: started, then frames, then finished (nothing after it).
+fn check_protocol(events: &[GenerateEvent], summary: &RunSummary) {
+    assert!(matches!(events.first(), Some(GenerateEvent::Started { run_id, .. }) if *run_id == summary.id), "{:?}", events.first());
+    match events.last() {
+        Some(GenerateEvent::Finished { summary: s }) => assert_eq!(s, summary),
+        other => panic!("last event {other:?}"),
+    }
+    let middle = &events[1..events.len() - 1];
+    assert!(!middle.is_empty());
+    assert!(middle.iter().all(|e| matches!(e, GenerateEvent::Frames { frames } if !frames.is_empty())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_launch_registers_the_embedded_model_and_built_in_presets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let models = state.list_models().await.expect("models");
+    assert_eq!(models.len(), 1, "{models:?}");
+    let m = &models[0];
+    assert!(m.embedded && m.fits_memory, "{m:?}");
+    assert_eq!(m.name, "tiny-llada");
+    let info = state.app_info().await.expect("info");
+    assert_eq!(info.default_model_id, Some(m.id));
+    assert!(info.devices.iter().any(|d| d == "sm8750"), "{:?}", info.devices);
+    assert!(info.memory_bytes > 0 && info.threads > 0);
+    let presets = state.list_presets().await.expect("presets");
+    assert_eq!(presets.iter().filter(|p| p.builtin).count(), 3, "{presets:?}");
+    let spec = presets.iter().find(|p| p.settings.speculative).expect("speculative preset");
+    assert!(spec.settings.revision);
+    assert_eq!(spec.backend, BackendChoice::vnpu("sm8750"));
+    let err = state.delete_model(m.id).await.expect_err("embedded model stays");
+    assert!(err.message.contains("embedded"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_streams_frames_records_the_run_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (run_id, conv_id, output, n_frames) = {
+        let state = AppState::open(dir.path()).await.expect("open");
+        let sink = CollectSink::<GenerateEvent>::default();
+        let summary = state.generate(request("What is 2+3?"), Arc::new(sink.clone())).await.expect("generate");
+        assert_eq!(summary.status, RunStatus::Completed);
+        assert_eq!(summary.backend, "cpu");
+        let events = sink.events();
+        check_protocol(&events, &summary);
+        let (conv_id, prompt_tokens, canvas) = match &events[0] {
+            GenerateEvent::Started { conversation_id, prompt_tokens, canvas_length, .. } => {
+                (*conversation_id, *prompt_tokens, *canvas_length)
+            }
+            _ => unreachable!(),
+        };
+        assert_eq!(canvas, prompt_tokens + 32);
+        let frames = frames_of(&events);
+        // Every step arrives once, in order, and the last one shows the whole answer committed.
+        let steps: Vec<u32> = frames.iter().map(|f| f.step).collect();
+        assert_eq!(steps, (0..frames.len() as u32).collect::<Vec<_>>());
+        assert_eq!(frames.len() as u64, summary.steps);
+        assert_eq!(frames.last().map(|f| f.committed_total), Some(32));
+        for f in &frames {
+            for c in &f.changes {
+                assert!(c.pos >= prompt_tokens && c.pos < canvas, "{c:?}");
+                assert_eq!(c.text.is_empty(), c.state == TokenState::Masked, "{c:?}");
+            }
+        }
+        let detail = state.get_conversation(conv_id).await.expect("conversation");
+        let roles: Vec<Role> = detail.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, vec![Role::User, Role::Assistant]);
+        assert_eq!(detail.messages[1].run_id, Some(summary.id));
+        assert_eq!(detail.messages[1].content, summary.output);
+        (summary.id, conv_id, summary.output, frames.len())
+    };
+    // Reopen: everything is still there, nothing registered twice.
+    let state = AppState::open(dir.path()).await.expect("reopen");
+    assert_eq!(state.list_models().await.expect("models").len(), 1);
+    assert_eq!(state.list_presets().await.expect("presets").len(), 3);
+    let convs = state.list_conversations().await.expect("conversations");
+    assert_eq!(convs.len(), 1);
+    assert_eq!(convs[0].id, conv_id);
+    assert_eq!(convs[0].title, "What is 2+3?");
+    let run = state.get_run(run_id).await.expect("run");
+    assert_eq!(run.summary.output, output);
+    assert_eq!(run.frames.len(), n_frames);
+    assert_eq!(run.canvas_length, run.prompt_tokens + 32);
+    let tl = run.timeline.expect("CPU runs get a measured timeline");
+    assert!(!tl.simulated);
+    assert_eq!(tl.events.len(), n_frames);
+    let runs = state.list_runs(None, 10).await.expect("runs");
+    assert_eq!(runs.len(), 1);
+    let model_id = state.embedded_model_id.expect("embedded");
+    assert_eq!(state.model_runs(model_id).await.expect("model runs").len(), 1);
+    assert_eq!(state.list_models().await.expect("models")[0].run_count, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculative_revision_on_the_virtual_npu_stores_a_simulated_timeline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let mut req = request("Sort: pear apple fig");
+    req.settings.speculative = true;
+    req.settings.revision = true;
+    req.backend = BackendChoice::vnpu("sm8750");
+    let sink = CollectSink::<GenerateEvent>::default();
+    let summary = state.generate(req, Arc::new(sink.clone())).await.expect("generate");
+    check_protocol(&sink.events(), &summary);
+    assert_eq!(summary.backend, "vnpu:sm8750");
+    assert!(summary.simulated_s.is_some_and(|s| s > 0.0), "{summary:?}");
+    assert!(summary.energy_j.is_some_and(|e| e > 0.0), "{summary:?}");
+    let detail = state.get_run(summary.id).await.expect("run");
+    let tl = detail.timeline.expect("timeline");
+    assert!(tl.simulated);
+    let kinds: Vec<LaneKind> = tl.lanes.iter().map(|l| l.kind).collect();
+    assert!(kinds.contains(&LaneKind::Npu), "{kinds:?}");
+    assert!(tl.events.iter().all(|e| tl.lanes.iter().any(|l| l.id == e.lane)));
+    assert_eq!(tl.energy_j, summary.energy_j.map(|e| (e * 1e3) / 1e3));
+    assert!(tl.peak_resident_bytes.is_some_and(|b| b > 0));
+    let json = state.perfetto_json(summary.id).await.expect("perfetto");
+    let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    let evs = v["traceEvents"].as_array().expect("traceEvents");
+    assert!(evs.iter().any(|e| e["ph"] == "X"));
+    let path = dir.path().join("trace.json");
+    let n = state.export_perfetto(summary.id, &path).await.expect("export");
+    assert_eq!(n, std::fs::metadata(&path).expect("file").len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regenerate_replaces_the_turn_and_compare_shows_both_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let sink = Arc::new(CollectSink::<GenerateEvent>::default());
+    let first = state.generate(request("Name a fruit."), sink.clone()).await.expect("first");
+    let conv = state.list_conversations().await.expect("convs")[0].id;
+    let user_msg = state.get_conversation(conv).await.expect("conv").messages[0].id;
+    let mut again = request("Name a colour.");
+    again.conversation_id = Some(conv);
+    again.replace_from_message_id = Some(user_msg);
+    again.settings.threshold = Some(0.9);
+    let second = state.generate(again, sink).await.expect("regenerate");
+    let msgs = state.get_conversation(conv).await.expect("conv").messages;
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert_eq!(msgs[0].content, "Name a colour.");
+    assert_eq!(msgs[1].run_id, Some(second.id));
+    let cmp = state.compare_runs(&[first.id, second.id]).await.expect("compare");
+    assert_eq!(cmp.len(), 2);
+    assert_eq!(cmp[1].summary.settings.threshold, Some(0.9));
+    assert!(state.compare_runs(&[first.id]).await.is_err());
+    // A message of another conversation is refused.
+    let mut bad = request("x");
+    bad.conversation_id = Some(conv);
+    bad.replace_from_message_id = Some(999_999);
+    let err = state.generate(bad, Arc::new(CollectSink::default())).await.expect_err("foreign message");
+    assert_eq!(err.kind, "invalid");
+}
+
+/// Stops the run as soon as it starts.
+struct StopOnStart {
+    state: Arc<AppState>,
+    events: Mutex<Vec<GenerateEvent>>,
+}
+
+impl EventSink<GenerateEvent> for StopOnStart {
+    fn send(&self, event: GenerateEvent) -> Result<(), String> {
+        if let GenerateEvent::Started { run_id, .. } = &event {
+            self.state.stop_generation(*run_id).map_err(|e| e.message)?;
+        }
+        self.events.lock().map_err(|_| "poisoned")?.push(event);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_generation_ends_the_run_as_cancelled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let sink = Arc::new(StopOnStart { state: state.clone(), events: Mutex::new(Vec::new()) });
+    let summary = state.generate(request("Count to ten."), sink.clone()).await.expect("resolves");
+    assert_eq!(summary.status, RunStatus::Cancelled);
+    let events = sink.events.lock().expect("events").clone();
+    assert!(matches!(events.last(), Some(GenerateEvent::Finished { summary: s }) if s.status == RunStatus::Cancelled));
+    assert!(state.stop_generation(summary.id).is_err(), "no longer running");
+    assert_eq!(state.get_run(summary.id).await.expect("run").summary.status, RunStatus::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_give_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let missing = dir.path().join("no-such-model");
+    let err = state.import_model(missing.to_str().expect("utf8"), None).await.expect_err("missing path");
+    assert_eq!(err.kind, "notFound");
+    assert!(err.message.contains("no-such-model"), "{err:?}");
+    let not_a_model = dir.path().join("empty");
+    std::fs::create_dir_all(&not_a_model).expect("mkdir");
+    std::fs::write(not_a_model.join("readme.txt"), "hello").expect("write");
+    let err = state.import_model(not_a_model.to_str().expect("utf8"), None).await.expect_err("not a model");
+    assert!(!err.message.is_empty() && err.kind != "internal", "{err:?}");
+    assert_eq!(state.list_models().await.expect("models").len(), 1);
+
+    let sink = CollectSink::<GenerateEvent>::default();
+    let mut req = request("hi");
+    req.settings.gen_length = 30; // not a multiple of the block length
+    let err = state.generate(req, Arc::new(sink.clone())).await.expect_err("bad settings");
+    assert_eq!(err.kind, "invalidSettings");
+    assert!(matches!(sink.events().last(), Some(GenerateEvent::Failed { message }) if *message == err.message));
+    let mut req = request("hi");
+    req.backend = BackendChoice::vnpu("no-such-phone");
+    let err = state.generate(req, Arc::new(CollectSink::default())).await.expect_err("bad device");
+    assert!(err.message.contains("no-such-phone"), "{err:?}");
+    assert!(state.get_run(424242).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presets_crud_and_rerun_with_presets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let mut s = settings();
+    s.threshold = Some(0.8);
+    let p = state.save_preset("mine", &s, &BackendChoice::cpu()).await.expect("save");
+    assert!(!p.builtin);
+    assert_eq!(p.settings, s);
+    // Same name again updates it.
+    s.seed = 3;
+    let p2 = state.save_preset("mine", &s, &BackendChoice::vnpu("sm8650")).await.expect("update");
+    assert_eq!(p2.id, p.id);
+    assert_eq!(p2.backend, BackendChoice::vnpu("sm8650"));
+    let builtin = state.list_presets().await.expect("list").into_iter().find(|p| p.builtin).expect("builtin");
+    assert!(state.delete_preset(builtin.id).await.is_err());
+    assert!(state.save_preset(&builtin.name, &s, &BackendChoice::cpu()).await.is_err());
+    let runs = state.rerun_with_presets("What is 1+1?", None, &[builtin.id, p.id]).await.expect("rerun");
+    assert_eq!(runs.len(), 2);
+    assert!(runs.iter().all(|r| r.status == RunStatus::Completed && r.prompt == "What is 1+1?"));
+    assert_eq!(runs[1].backend, "vnpu:sm8650");
+    assert!(state.list_conversations().await.expect("convs").is_empty(), "re-runs are not chats");
+    state.delete_preset(p.id).await.expect("delete");
+    assert_eq!(state.list_presets().await.expect("list").len(), 3);
+}
