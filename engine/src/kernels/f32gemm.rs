@@ -13,7 +13,8 @@ use rayon::prelude::*;
 
 /// Columns per packed panel (one zmm of f32).
 pub const PANEL: usize = 16;
-/// k per cache block.
+/// k per cache block (used by the x86 microkernel only).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const KC: usize = 512;
 
 /// f32 weights packed as `[panel][k][16]`.

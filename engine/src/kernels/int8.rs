@@ -19,6 +19,10 @@
 //! [`Layout`]), scalar. Chosen at run time ([`Isa::detect`]); each target compiles only its own
 //! SIMD code (`cfg(target_arch)`).
 //!
+//! 4-bit weights ([`Int8Weights::into_nibbles`], Q4_0 under `KernelChoice::Auto` on AVX2/VNNI):
+//! the 64-byte block of k-oct `o` holds quad `2o` in the low and quad `2o+1` in the high nibbles
+//! (codes +8), so the x86 kernels unpack two `Quad4` operands per load and run unchanged after.
+//!
 //! Measured (AMD EPYC Zen 4 KVM guest, 1 thread, load avg ~3.8 on 2 cores, dev profile, 4096×4096,
 //! `bench/run kernels --quick`): VNNI per-row 376 GOP/s at m = 64 (0.82 of the 461 GOP/s `vpdpbusd`
 //! peak of the same run), block-32 (Q8_0/Q4_0/Q4_K) 285–300 GOP/s (0.62–0.65: a `vcvtdq2ps` + `vfmadd`
