@@ -1,5 +1,6 @@
-// Types of the app IPC contract v1 (notes/app-contract.md), mirrored by hand until the
-// tauri-specta generated `bindings.ts` lands; then this file re-exports from it.
+// Types of the app IPC contract v1 (notes/app-contract.md), written to equal what tauri-specta
+// generates into `bindings.ts` (f64 fields there are `number | null`, since serde writes NaN as
+// null). `npm run check` compares the two whenever bindings.ts exists (scripts/check-bindings.mjs).
 
 /** Life-cycle state of one canvas position. */
 export type TokenState = "masked" | "visible" | "stable";
@@ -9,7 +10,7 @@ export type TokenView = {
   token: number;
   text: string;
   state: TokenState;
-  confidence: number;
+  confidence: number | null;
   speculative: boolean;
   revised: boolean;
 };
@@ -19,7 +20,7 @@ export type FrameDelta = {
   block: [number, number];
   forwardTokens: number;
   changes: TokenView[];
-  stepWallS: number;
+  stepWallS: number | null;
   simulatedS: number | null;
   committedTotal: number;
 };
@@ -30,14 +31,14 @@ export type DecodeSettings = {
   genLength: number;
   blockLength: number;
   steps: number;
-  temperature: number;
+  temperature: number | null;
   remasking: "lowConfidence" | "random";
   cache: "none" | "prefix" | "dual";
   threshold: number | null;
   algorithm: string | null;
   speculative: boolean;
   revision: boolean;
-  cfgScale: number;
+  cfgScale: number | null;
   seed: number;
 };
 /** Schema entry describing one setting for the settings form. */
@@ -110,9 +111,9 @@ export type RunSummary = {
 /** A profiler lane. */
 export type LaneView = { id: string; label: string; kind: "npu" | "cpu" | "dma" };
 /** A slice on a lane. */
-export type EventView = { lane: string; name: string; startS: number; durS: number; simulated: boolean };
+export type EventView = { lane: string; name: string; startS: number | null; durS: number | null; simulated: boolean };
 /** A counter track; points are [t_s, value]. */
-export type CounterView = { name: string; unit: string; points: [number, number][] };
+export type CounterView = { name: string; unit: string; points: [number | null, number | null][] };
 /** A run's profile. */
 export type TimelineView = {
   lanes: LaneView[];
