@@ -1,6 +1,6 @@
 // Types of the app IPC contract v1 (notes/app-contract.md), written to equal what tauri-specta
-// generates into `bindings.ts` (f64 fields there are `number | null`, since serde writes NaN as
-// null). `npm run check` compares the two whenever bindings.ts exists (scripts/check-bindings.mjs).
+// generates into `bindings.ts`; `npm run check` compares the two whenever bindings.ts exists
+// (scripts/check-bindings.mjs). The UI still treats a null float (serde's NaN) as missing.
 
 /** Life-cycle state of one canvas position. */
 export type TokenState = "masked" | "visible" | "stable";
@@ -10,7 +10,7 @@ export type TokenView = {
   token: number;
   text: string;
   state: TokenState;
-  confidence: number | null;
+  confidence: number;
   speculative: boolean;
   revised: boolean;
 };
@@ -20,7 +20,7 @@ export type FrameDelta = {
   block: [number, number];
   forwardTokens: number;
   changes: TokenView[];
-  stepWallS: number | null;
+  stepWallS: number;
   simulatedS: number | null;
   committedTotal: number;
 };
@@ -31,14 +31,14 @@ export type DecodeSettings = {
   genLength: number;
   blockLength: number;
   steps: number;
-  temperature: number | null;
+  temperature: number;
   remasking: "lowConfidence" | "random";
   cache: "none" | "prefix" | "dual";
   threshold: number | null;
   algorithm: string | null;
   speculative: boolean;
   revision: boolean;
-  cfgScale: number | null;
+  cfgScale: number;
   seed: number;
 };
 /** Schema entry describing one setting for the settings form. */
@@ -111,9 +111,9 @@ export type RunSummary = {
 /** A profiler lane. */
 export type LaneView = { id: string; label: string; kind: "npu" | "cpu" | "dma" };
 /** A slice on a lane. */
-export type EventView = { lane: string; name: string; startS: number | null; durS: number | null; simulated: boolean };
+export type EventView = { lane: string; name: string; startS: number; durS: number; simulated: boolean };
 /** A counter track; points are [t_s, value]. */
-export type CounterView = { name: string; unit: string; points: [number | null, number | null][] };
+export type CounterView = { name: string; unit: string; points: [number, number][] };
 /** A run's profile. */
 export type TimelineView = {
   lanes: LaneView[];
