@@ -186,7 +186,7 @@ function perfetto(runId: number): string {
   const traceEvents = [
     ...lanes.map((l, i) => ({ ph: "M", name: "thread_name", pid: 1, tid: i + 1, args: { name: l.label } })),
     ...(d.timeline?.events ?? []).map((e) => ({ ph: "X", name: e.name, pid: 1, tid: lanes.findIndex((l) => l.id === e.lane) + 1,
-      ts: e.startS * 1e6, dur: e.durS * 1e6, args: { simulated: e.simulated } })),
+      ts: (e.startS ?? 0) * 1e6, dur: (e.durS ?? 0) * 1e6, args: { simulated: e.simulated } })),
   ];
   return JSON.stringify({ traceEvents });
 }

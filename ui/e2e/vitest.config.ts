@@ -9,5 +9,7 @@ export default defineConfig({
     hookTimeout: 180_000,
     fileParallelism: false,
     sequence: { concurrent: false },
+    // expect.poll defaults to 1 s; a loaded 2-core machine and real recordings need more.
+    expect: { poll: { timeout: 60_000, interval: 50 } },
   },
 });

@@ -76,7 +76,7 @@ export function applyFrames(state: CanvasState, frames: readonly FrameDelta[]): 
     committed = f.committedTotal;
     forwardTokens = f.forwardTokens;
     simulatedS += f.simulatedS ?? 0;
-    wallS += f.stepWallS;
+    wallS += f.stepWallS ?? 0;
   }
   return { start: state.start, slots, step, block, committed, forwardTokens, simulatedS, wallS };
 }

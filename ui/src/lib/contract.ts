@@ -1,5 +1,6 @@
-// Types of the app IPC contract v1 (notes/app-contract.md), mirrored by hand until the
-// tauri-specta generated `bindings.ts` lands; then this file re-exports from it.
+// Types of the app IPC contract v1 (notes/app-contract.md), written to equal what tauri-specta
+// generates into `bindings.ts`; `npm run check` compares the two whenever bindings.ts exists
+// (scripts/check-bindings.mjs). The UI still treats a null float (serde's NaN) as missing.
 
 /** Life-cycle state of one canvas position. */
 export type TokenState = "masked" | "visible" | "stable";

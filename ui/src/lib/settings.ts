@@ -8,15 +8,19 @@ export function defaultSettings(schema: readonly SettingInfo[]): DecodeSettings 
   return out as DecodeSettings;
 }
 
+/** Settings that are optional in DecodeSettings (`Option` in Rust): empty means "off / model default". */
+export const NULLABLE_SETTINGS: ReadonlySet<string> = new Set(["threshold", "algorithm"]);
+
 /**
  * Parses what the user typed into a setting's value: numbers are clamped to [min, max] and ints
- * rounded; an empty field means "unset" (null), which the engine reads as its model default.
+ * rounded; an empty field means "unset" (null) for optional settings and the default otherwise.
  */
 export function parseSetting(info: SettingInfo, raw: string | boolean): number | boolean | string | null {
   if (info.kind === "bool") return typeof raw === "boolean" ? raw : raw === "true";
-  if (info.kind === "choice") return raw === "" ? null : String(raw);
+  const empty = typeof raw === "string" && raw.trim() === "";
+  if (empty) return NULLABLE_SETTINGS.has(info.key) ? null : info.default;
+  if (info.kind === "choice") return String(raw);
   const text = String(raw).trim();
-  if (text === "") return null;
   let v = Number(text);
   if (!Number.isFinite(v)) return info.default;
   if (info.kind === "int") v = Math.round(v);

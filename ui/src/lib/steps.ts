@@ -12,7 +12,7 @@ export type StepSummary = {
   forwardTokens: number;
   /** Width of the block being denoised. */
   windowSize: number;
-  stepWallS: number;
+  stepWallS: number | null;
   simulatedS: number | null;
   committedTotal: number;
 };
@@ -45,7 +45,7 @@ export function stepTotals(rows: readonly StepSummary[]): { steps: number; wallS
   let anySim = false;
   let forwardTokens = 0;
   for (const r of rows) {
-    wallS += r.stepWallS;
+    wallS += r.stepWallS ?? 0;
     if (r.simulatedS !== null) {
       sim += r.simulatedS;
       anySim = true;

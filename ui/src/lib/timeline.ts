@@ -6,6 +6,23 @@ export type View = { start: number; end: number };
 /** Smallest window relative to the full range (limits zoom-in to 10,000x). */
 export const MIN_SPAN_FRACTION = 1e-4;
 
+/** A slice with both times known. */
+export type Slice<T> = T & { startS: number; durS: number };
+
+/**
+ * Slices whose start is known; a missing duration (serde writes a non-finite f64 as null) is
+ * drawn as an instant.
+ */
+export function solidSlices<T extends { startS: number | null; durS: number | null }>(events: readonly T[]): Slice<T>[] {
+  return events.flatMap((e) =>
+    e.startS === null || !Number.isFinite(e.startS) ? [] : [{ ...e, startS: e.startS, durS: e.durS ?? 0 }]);
+}
+
+/** Counter points with both coordinates known. */
+export function solidPoints(points: readonly [number | null, number | null][]): [number, number][] {
+  return points.flatMap((p) => (p[0] === null || p[1] === null ? [] : [[p[0], p[1]] as [number, number]]));
+}
+
 /** Whole range of a set of slices; a zero-length range is widened to avoid division by zero. */
 export function fullView(events: readonly { startS: number; durS: number }[]): View {
   if (events.length === 0) return { start: 0, end: 1 };

@@ -44,6 +44,8 @@ describe("settings form values", () => {
     expect(parseSetting(schema[0], "abc")).toBe(32);
     expect(parseSetting(schema[1], "0.7")).toBe(0.7);
     expect(parseSetting(schema[2], "")).toBeNull();
+    expect(parseSetting(schema[1], " ")).toBe(0);
+    expect(parseSetting(schema[3], "")).toBe("none");
     expect(parseSetting(schema[3], "prefix")).toBe("prefix");
     expect(parseSetting(schema[4], true)).toBe(true);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { clampView, fullView, MIN_SPAN_FRACTION, pan, ticks, timeToX, visible, zoomAt } from "../../src/lib/timeline";
+import { clampView, fullView, MIN_SPAN_FRACTION, pan, solidPoints, solidSlices, ticks, timeToX, visible, zoomAt } from "../../src/lib/timeline";
 
 const bounds = { start: 0, end: 10 };
 
@@ -51,5 +51,16 @@ describe("timeline zoom math", () => {
   it("visible culls slices outside the window", () => {
     const ev = [{ startS: 0, durS: 1 }, { startS: 3, durS: 1 }, { startS: 1.5, durS: 3 }];
     expect(visible(ev, { start: 1.2, end: 2.8 })).toEqual([ev[2]]);
+  });
+});
+
+describe("null times from serde (non-finite f64)", () => {
+  it("drops slices without a start and draws a missing duration as an instant", () => {
+    const ev = [{ n: "a", startS: 1, durS: null }, { n: "b", startS: null, durS: 2 }, { n: "c", startS: 2, durS: 0.5 }];
+    expect(solidSlices(ev)).toEqual([{ n: "a", startS: 1, durS: 0 }, { n: "c", startS: 2, durS: 0.5 }]);
+    expect(fullView(solidSlices(ev))).toEqual({ start: 1, end: 2.5 });
+  });
+  it("drops counter points with a missing coordinate", () => {
+    expect(solidPoints([[0, 1], [null, 2], [1, null], [2, 3]])).toEqual([[0, 1], [2, 3]]);
   });
 });
