@@ -24,8 +24,8 @@ if ! command -v cargo >/dev/null; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
-echo "== building unmask (release; the first build takes several minutes)" >&2
+echo "== building unmask (release; the first build takes several minutes, ~35 min on a busy 2-core machine)" >&2
 cargo build --release -q -p unmask-cli
 bin="${CARGO_TARGET_DIR:-target}/release/unmask"
-echo "== $bin chat $* (data folder: ${UNMASK_DATA_DIR:-~/.local/share/unmask}; runs are recorded there)" >&2
+echo "== $bin chat $* (each reply is recorded in the data folder: \`$bin runs list\`)" >&2
 exec "$bin" chat "$@"

@@ -69,7 +69,7 @@ async fn ensure_default_model(store: &Store) -> Result<()> {
     let Some(path) = model_path::embedded(model_path::DEFAULT_MODEL) else { return Ok(()) };
     let path = path.canonicalize().unwrap_or(path);
     if let Some(m) = store.model_by_name(model_path::DEFAULT_MODEL).await? {
-        if !(m.in_place && !Path::new(&m.path).exists()) {
+        if !m.in_place || Path::new(&m.path).exists() {
             return Ok(());
         }
         store.remove_model(m.id).await?;

@@ -73,7 +73,7 @@ pub fn list_embedded() -> Vec<(String, PathBuf)> {
             if p.join("config.json").exists() {
                 let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 if !out.iter().any(|(n, _): &(String, PathBuf)| *n == name) {
-                    out.push((name, p));
+                    out.push((name, p.canonicalize().unwrap_or(p)));
                 }
             }
         }

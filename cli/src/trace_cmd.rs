@@ -43,7 +43,7 @@ fn export(data: &Data, id: i64, out: &Path) -> Result<()> {
     };
     let (doc, what) = match data.block_on(store.run_timeline(id))? {
         Some(t) => {
-            let power = t.power.unwrap_or_else(|| zero_power());
+            let power = t.power.unwrap_or_else(zero_power);
             let n = t.timeline.events.len();
             (to_chrome_trace(&t.timeline, &power), format!("{n} simulated events"))
         }
