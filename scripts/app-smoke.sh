@@ -27,8 +27,10 @@ fi
 if [ -f ui/dist/index.html ]; then dist="../ui/dist"; else dist="smoke-ui"; fi
 echo "app-smoke: frontend $dist"
 
+# Built through `cargo test --no-run` (which also links the app binary for the integration tests)
+# so that it reuses the test profile's artifacts of `cargo test` instead of a second full build.
 TAURI_CONFIG="{\"build\":{\"frontendDist\":\"$dist\"}}" \
-  cargo build -p unmask-app --features custom-protocol --bin unmask-app
+  cargo test -p unmask-app --features custom-protocol --no-run
 
 data="$out/data"
 rm -rf "$data" "$out/screenshot.png" "$out/screenshot.json"

@@ -1,6 +1,10 @@
 //! The IPC types of the app contract (`notes/app-contract.md`, v1): serde + specta, exported to
 //! `ui/src/lib/bindings.ts`. Conversions from the engine's and store's own types live here too, so
 //! the command modules only move data.
+//!
+//! Floats carry `#[specta(type = i32)]` so that they export as TypeScript `number` (specta writes
+//! `number | null` for floats because serde_json turns NaN into `null`); every float here is
+//! finite by construction (times, energies, probabilities, settings that are validated).
 
 use serde::{Deserialize, Serialize};
 use specta::Type;
@@ -33,6 +37,7 @@ pub struct TokenView {
     pub token: u32,
     pub text: String,
     pub state: TokenState,
+    #[specta(type = i32)]
     pub confidence: f32,
     pub speculative: bool,
     pub revised: bool,
@@ -46,7 +51,9 @@ pub struct FrameDelta {
     pub block: (u32, u32),
     pub forward_tokens: u32,
     pub changes: Vec<TokenView>,
+    #[specta(type = i32)]
     pub step_wall_s: f64,
+    #[specta(type = Option<i32>)]
     pub simulated_s: Option<f64>,
     pub committed_total: u32,
 }
@@ -117,14 +124,17 @@ pub struct DecodeSettings {
     pub gen_length: u32,
     pub block_length: u32,
     pub steps: u32,
+    #[specta(type = i32)]
     pub temperature: f64,
     pub remasking: RemaskingChoice,
     pub cache: CacheChoice,
+    #[specta(type = Option<i32>)]
     pub threshold: Option<f64>,
     /// Dream: "entropy" | "margin" | "maskgitPlus" | "origin".
     pub algorithm: Option<String>,
     pub speculative: bool,
     pub revision: bool,
+    #[specta(type = i32)]
     pub cfg_scale: f64,
     pub seed: u32,
 }
@@ -222,7 +232,7 @@ pub enum SettingKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(untagged)]
 pub enum SettingValue {
-    Number(f64),
+    Number(#[specta(type = i32)] f64),
     Bool(bool),
     Text(String),
 }
@@ -235,7 +245,9 @@ pub struct SettingInfo {
     pub label: String,
     pub explanation: String,
     pub kind: SettingKind,
+    #[specta(type = Option<i32>)]
     pub min: Option<f64>,
+    #[specta(type = Option<i32>)]
     pub max: Option<f64>,
     pub options: Option<Vec<String>>,
     pub default: Option<SettingValue>,
@@ -332,10 +344,14 @@ pub struct RunSummary {
     pub status: RunStatus,
     pub settings: DecodeSettings,
     pub started_ms: i64,
+    #[specta(type = Option<i32>)]
     pub wall_s: Option<f64>,
     pub forwards: Option<u64>,
+    #[specta(type = Option<i32>)]
     pub tokens_per_forward: Option<f64>,
+    #[specta(type = Option<i32>)]
     pub simulated_s: Option<f64>,
+    #[specta(type = Option<i32>)]
     pub energy_j: Option<f64>,
     pub steps: u64,
 }
@@ -364,7 +380,9 @@ pub struct LaneView {
 pub struct EventView {
     pub lane: String,
     pub name: String,
+    #[specta(type = i32)]
     pub start_s: f64,
+    #[specta(type = i32)]
     pub dur_s: f64,
     /// True for simulated device time, false for time measured on this machine.
     pub simulated: bool,
@@ -376,6 +394,7 @@ pub struct EventView {
 pub struct CounterView {
     pub name: String,
     pub unit: String,
+    #[specta(type = Vec<(i32, i32)>)]
     pub points: Vec<(f64, f64)>,
 }
 
@@ -386,6 +405,7 @@ pub struct TimelineView {
     pub lanes: Vec<LaneView>,
     pub events: Vec<EventView>,
     pub counters: Vec<CounterView>,
+    #[specta(type = Option<i32>)]
     pub energy_j: Option<f64>,
     pub peak_resident_bytes: Option<u64>,
     pub simulated: bool,

@@ -34,7 +34,7 @@ pub fn run() {
     let result = tauri::Builder::default()
         .invoke_handler(specta.invoke_handler())
         .setup(move |app| {
-            specta.mount_events(app);
+            specta.mount_events(app.handle());
             let data_dir = data_dir(app)?;
             let state = tauri::async_runtime::block_on(AppState::open(data_dir))?;
             app.manage(state.clone());

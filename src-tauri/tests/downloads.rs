@@ -1,6 +1,7 @@
 //! Downloads against a local HTTP server: a whole download registers the model; pause keeps the
 //! partial file and resume continues it with a `Range` request; cancel removes the partial files.
 
+#[path = "common/http_server.rs"]
 mod http_server;
 
 use std::path::PathBuf;

@@ -2,7 +2,9 @@
 //! `ui/tests/fixtures/reference-cpu.json` and `spec-revision-vnpu.json`, each
 //! `{ request, events: GenerateEvent[], detail: RunDetail }`.
 //!
-//! `cargo run -p unmask-app --example record_fixtures [OUT_DIR]`
+//! Ignored in normal runs (it rewrites committed files, and wall times differ per run):
+//! `cargo test -p unmask-app --test record_fixtures -- --ignored` (`UNMASK_FIXTURES_DIR` overrides
+//! the output folder).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,10 +13,10 @@ use unmask_app_lib::dto::{BackendChoice, DecodeSettings, GenerateEvent, Generate
 use unmask_app_lib::sink::CollectSink;
 use unmask_app_lib::AppState;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let out = std::env::args_os()
-        .nth(1)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "rewrites ui/tests/fixtures; run explicitly"]
+async fn record_fixtures() -> anyhow::Result<()> {
+    let out = std::env::var_os("UNMASK_FIXTURES_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../ui/tests/fixtures"));
     std::fs::create_dir_all(&out)?;
@@ -41,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
         };
         let sink = CollectSink::<GenerateEvent>::default();
         let summary = state.generate(request.clone(), Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!(e.message))?;
+        assert_eq!(summary.status, unmask_app_lib::dto::RunStatus::Completed);
         let detail = state.get_run(summary.id).await.map_err(|e| anyhow::anyhow!(e.message))?;
         let doc = serde_json::json!({ "request": request, "events": sink.events(), "detail": detail });
         let path = out.join(file);
