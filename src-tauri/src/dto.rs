@@ -1,4 +1,4 @@
-//! The IPC types of the app contract (`notes/app-contract.md`, v1): serde + specta, exported to
+//! The IPC types of the app contract (`docs/app-contract.md`, v1): serde + specta, exported to
 //! `ui/src/lib/bindings.ts`. Conversions from the engine's and store's own types live here too, so
 //! the command modules only move data.
 //!

@@ -1,4 +1,4 @@
-// Types of the app IPC contract v1 (notes/app-contract.md), written to equal what tauri-specta
+// Types of the app IPC contract v1 (docs/app-contract.md), written to equal what tauri-specta
 // generates into `bindings.ts`; `npm run check` compares the two whenever bindings.ts exists
 // (scripts/check-bindings.mjs). The UI still treats a null float (serde's NaN) as missing.
 
