@@ -38,7 +38,7 @@ set +e
 UNMASK_DATA_DIR="$PWD/$data" \
 UNMASK_SMOKE_SCREENSHOT="$PWD/$out/screenshot.png" \
 WEBKIT_DISABLE_COMPOSITING_MODE=1 \
-  timeout 600 xvfb-run -a -s "-screen 0 1280x860x24" target/debug/unmask-app >"$out/app.log" 2>&1
+  timeout 600 xvfb-run -a -s "-screen 0 1280x860x24" "${CARGO_TARGET_DIR:-target}/debug/unmask-app" >"$out/app.log" 2>&1
 rc=$?
 set -e
 tail -n 20 "$out/app.log" || true
