@@ -3,13 +3,13 @@
 //! + both — accuracy, forwards, tokens per forward, CPU wall time and a simulated NPU latency;
 //! plus the confidence calibration that justifies the revision thresholds.
 //!
-//! Runs on the virtual NPU (SM8750 profile; real math on the CPU, its shape buckets drive the
-//! speculative window, its CPU path runs revision): `vnpu_sim_*` figures are the virtual NPU's
-//! **simulated** time for this (tiny) model. Every run is also recorded (shape of each dense and
-//! CPU-path forward, `RecordingBackend`) and **replayed with LLaDA-8B layer shapes** on the
-//! SM8650 / SM8750 / SM8850 profiles (`replay_dual_path`): dense forwards on the NPU with the
-//! memory runtime, revision forwards on the phone's CPU cores, each step as long as the longer
-//! path. These `sim_8b_*` figures are simulated too, and keep the tiny model's commit schedule.
+//! Runs on the virtual NPU (SM8750 profile; real math of the tiny model on this CPU) **timed at
+//! LLaDA-8B layer shapes** (`VnpuConfig::timed_as`): its shape buckets and launch costs drive the
+//! speculative window, its CPU path (the phone's cores, 8B-shaped forwards) runs revision, and the
+//! decoding loop's asynchronous CPU-path schedule runs on that simulated clock. `sim_8b_sm8750_s`
+//! is that **simulated** latency, accuracy comes from the same runs. Every run is also recorded
+//! (shape of each dense and CPU-path forward, `RecordingBackend`) and replayed on the SM8650 /
+//! SM8750 / SM8850 profiles (`replay_dual_path`: lockstep and the async estimate).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use unmask_engine::backend::recorder::RecordingBackend;
 use unmask_engine::backend::vnpu::replay::{replay_dual_path_on, DualPathTrace, ModelPreset};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::dual_path::{self, DualPathStats};
-use unmask_engine::decode::revision::RevisionSettings;
+use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{generate_dyn, trim_at_stop, CacheMode, CancelFlag, DecodeOutput, DecodeSettings, StepFrame, TokenState};
 use unmask_engine::model::{load_model, TextTokenizer};
@@ -50,7 +50,9 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
         v("sliding_window", DecodeSettings { speculative: None, ..prefix.clone() }, true),
         v("speculative", DecodeSettings { speculative: spec.clone(), ..prefix.clone() }, true),
         v("revision", DecodeSettings { revision: rev.clone(), ..prefix.clone() }, true),
-        v("spec_revision", DecodeSettings { speculative: spec, revision: rev, ..prefix.clone() }, true),
+        v("spec_revision", DecodeSettings { speculative: spec.clone(), revision: rev, ..prefix.clone() }, true),
+        // The same with the CPU path in lockstep (every step waits for its job).
+        v("spec_revision_lockstep", DecodeSettings { speculative: spec, revision: Some(RevisionSettings { schedule: CpuPathSchedule::Lockstep, ..Default::default() }), ..prefix.clone() }, true),
         // Small sweep behind the revision defaults (margin 0.2, visible 0.7).
         v("revision_margin_0.05", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.05, ..Default::default() }), ..prefix.clone() }, true),
         v("revision_margin_0.4", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.4, ..Default::default() }), ..prefix.clone() }, true),
@@ -68,6 +70,9 @@ struct Extra {
     drafts: usize,
     accepted: usize,
     cpu_forwards: usize,
+    deferred: usize,
+    busy_steps: usize,
+    dropped_jobs: usize,
     revisions: usize,
     merges: usize,
     /// Revisions that turned a wrong token into the target one / a right one into a wrong one /
@@ -135,11 +140,14 @@ fn run_variant(
         r.steps += out.steps;
         r.generated_tokens += answer_ids.len().max(1);
         r.wall_s += out.wall_s;
-                x.vnpu_sim_s += vsim;
+        x.vnpu_sim_s += vsim;
         x.trace.extend(log.take_trace(v.name, answer_ids.len()));
         x.drafts += stats.drafts;
         x.accepted += stats.accepted;
         x.cpu_forwards += stats.cpu_forwards;
+        x.deferred += stats.deferred;
+        x.busy_steps += stats.busy_steps;
+        x.dropped_jobs += stats.dropped_jobs;
         x.revisions += stats.revisions;
         x.merges += stats.merges.len();
         x.revision_fixed += fixed;
@@ -177,7 +185,8 @@ pub fn run(quick: bool) -> Result<Value> {
     let m = load_model(&dir)?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
     let tok = m.tokenizer;
-    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, VnpuConfig::default())?;
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
     let mut backend = RecordingBackend::new(Box::new(npu));
     let examples = tasks::load(&tasks::test_split(), per_task)?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
@@ -193,16 +202,21 @@ pub fn run(quick: bool) -> Result<Value> {
     }
     let find = |n: &str| results.iter().position(|(name, ..)| *name == n).unwrap_or(0);
     let (reference, prefix, spec, rev, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("revision"), find("spec_revision"));
+    let both_lockstep = find("spec_revision_lockstep");
     let mut rows = serde_json::Map::new();
-    // SM8750 is the headline device.
-    let sim8b = |i: usize| results[i].3[1].simulated_latency_s;
+    // The loop's own simulated clock on the 8B-timed virtual SM8750 is the headline; the replays
+    // (index 1 = SM8750) cross-check it.
+    let sim8b = |i: usize| results[i].2.vnpu_sim_s;
+    let replay8b = |i: usize| results[i].3[1].simulated_latency_s;
     for (name, r, x, replays) in &results {
         let mut v = r.to_json();
         v["sim_8b_replay"] = json!(replays);
-        v["sim_8b_sm8750_s"] = json!(replays[1].simulated_latency_s);
-        v["sim_8b_latency_ratio_vs_prefix_cache"] = json!(replays[1].simulated_latency_s / sim8b(prefix));
-        v["vnpu_sm8750_simulated_s"] = json!(x.vnpu_sim_s);
-        v["vnpu_latency_ratio_vs_prefix_cache"] = json!(x.vnpu_sim_s / results[prefix].2.vnpu_sim_s);
+        v["sim_8b_sm8750_s"] = json!(x.vnpu_sim_s);
+        v["sim_8b_latency_ratio_vs_prefix_cache"] = json!(x.vnpu_sim_s / sim8b(prefix));
+        v["sim_8b_replay_lockstep_ratio_vs_prefix_cache"] = json!(replays[1].simulated_latency_s / replay8b(prefix));
+        v["cpu_path_jobs_deferred"] = json!(x.deferred);
+        v["cpu_path_busy_steps"] = json!(x.busy_steps);
+        v["cpu_path_jobs_dropped"] = json!(x.dropped_jobs);
         v["drafts"] = json!(x.drafts);
         v["accepted_drafts"] = json!(x.accepted);
         v["cpu_path_forwards"] = json!(x.cpu_forwards);
@@ -224,8 +238,8 @@ pub fn run(quick: bool) -> Result<Value> {
             "forwards_ratio": results[both].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
             "sim_latency_ratio": sim8b(both) / sim8b(prefix),
             "sim_latency_ratio_speculative": sim8b(spec) / sim8b(prefix),
-            "sim_latency_ratio_async_cpu_path": results[both].3[1].async_latency_s / sim8b(prefix),
-            "vnpu_sim_latency_ratio": results[both].2.vnpu_sim_s / results[prefix].2.vnpu_sim_s,
+            "sim_latency_ratio_lockstep_cpu_path": sim8b(both_lockstep) / sim8b(prefix),
+            "accuracy_spec_revision_lockstep": acc(both_lockstep),
         },
         "settings": base,
         "speculative": SpeculativeSettings::default(),
@@ -236,8 +250,9 @@ pub fn run(quick: bool) -> Result<Value> {
         "confidence_calibration_prefix_cache": calibration(&results[prefix].2.calibration),
         "replay": {
             "simulated": true, "model": "LLaDA-8B shapes", "devices": REPLAY_DEVICES,
-            "note": "each variant's recorded forwards replayed: dense path on the NPU (swap-optimized memory runtime), CPU-path forwards on the profile's CPU cores but one; a step lasts max(dense, CPU path) (lockstep, what the decoding loop does); async_latency_s = the same forwards if the CPU path never blocked the dense path (jobs only when it is idle, the rest dropped: an estimate of a scheduling policy the loop does not implement yet); the commit schedule is the tiny model's",
+            "note": "each variant's recorded forwards replayed: dense path on the NPU (swap-optimized memory runtime), CPU-path forwards on the profile's CPU cores but one; simulated_latency_s = a step lasts max(dense, CPU path) (lockstep); async_latency_s = jobs only when the CPU path is idle, the rest dropped (what the loop's async schedule does, here re-timed on each device); the commit schedule is the tiny model's",
         },
-        "note": "SIMULATED latencies. forwards_ratio, sim_latency_ratio (LLaDA-8B replay on SM8750) and vnpu_sim_latency_ratio (tiny model on the virtual SM8750) are spec_revision ÷ prefix_cache",
+        "timing": "virtual NPU SM8750 timed_as LLaDA-8B: tiny-llada's math on this CPU, every dense and CPU-path forward charged at LLaDA-8B layer shapes; the loop's async CPU-path schedule runs on that clock",
+        "note": "SIMULATED latencies. forwards_ratio and sim_latency_ratio (the loop's own simulated clock, virtual SM8750 timed at LLaDA-8B shapes) are spec_revision ÷ prefix_cache; sim_latency_ratio_lockstep_cpu_path is the same run with the CPU path in lockstep",
     }))
 }

@@ -1,7 +1,7 @@
 //! Command-line flags shared by `generate` and `chat`: model, decoding settings, backend.
 
 use clap::{Args, ValueEnum};
-use unmask_engine::decode::revision::RevisionSettings;
+use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
 use unmask_engine::model::GenerationDefaults;
@@ -143,6 +143,18 @@ pub struct DecodeArgs {
     /// Revision: visible positions the CPU path re-checks per step [default: 4].
     #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
     pub revision_max_checks: Option<usize>,
+    /// Revision: `async` = the dense path never waits for the CPU path (verdicts land when its
+    /// job ends, on the simulated device clock); `lockstep` = every step waits for it.
+    #[arg(long, requires = "revision", value_enum, default_value_t = ScheduleArg::Async, help_heading = "NPU-aware decoding")]
+    pub revision_schedule: ScheduleArg,
+}
+
+/// CPU-path schedule of revision.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScheduleArg {
+    #[default]
+    Async,
+    Lockstep,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -295,6 +307,10 @@ impl DecodeArgs {
             if let Some(v) = self.revision_max_checks {
                 r.max_checks = v;
             }
+            r.schedule = match self.revision_schedule {
+                ScheduleArg::Async => CpuPathSchedule::Async,
+                ScheduleArg::Lockstep => CpuPathSchedule::Lockstep,
+            };
             s.revision = Some(r);
         }
         s.logits_eos_inf |= self.logits_eos_inf;

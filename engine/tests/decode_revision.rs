@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{model, prompt, run_npu, states_before_steps, FakeNpu};
-use unmask_engine::decode::revision::RevisionSettings;
+use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, TokenState};
 
@@ -132,16 +132,25 @@ fn everything_stable_means_no_cpu_path() {
     assert_eq!(a.tokens, b.tokens);
 }
 
+fn lockstep(cache: CacheMode) -> DecodeSettings {
+    let mut s = settings(cache);
+    if let Some(r) = s.revision.as_mut() {
+        r.schedule = CpuPathSchedule::Lockstep;
+    }
+    s
+}
+
 /// On the virtual NPU the CPU path is the phone's CPU: its forwards are simulated on the profile's
 /// CPU cores and appear on the device timeline as `cpu_path` tasks beside the dense forward of
-/// their step; a step lasts as long as the longer path.
+/// their step; in lockstep a step lasts as long as the longer path.
 #[test]
 fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
     use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
     use unmask_engine::trace::Lane;
     let mut npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
     let p = prompt("llada", 0);
-    let (out, stats, frames) = run_npu(&mut npu, &p, &settings(CacheMode::Prefix));
+    let (out, stats, frames) = run_npu(&mut npu, &p, &lockstep(CacheMode::Prefix));
+    assert!(stats.lockstep);
     assert!(stats.concurrent && stats.cpu_forwards > 0);
     let totals = npu.totals();
     assert_eq!(totals.cpu_path.forwards, stats.cpu_forwards);
@@ -168,6 +177,49 @@ fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
     assert!((t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0), "timeline span {} vs steps {per_step}", t.end_sim());
 }
 
+/// The asynchronous schedule, timed at LLaDA-8B shapes (where a CPU-path forward on the phone's
+/// cores lasts several dense NPU forwards): the dense path never waits, so the run's simulated
+/// time is the dense forwards' alone and below lockstep's; jobs outlast their step, their verdicts
+/// land later, steps find the CPU path busy; on the timeline dense forwards run back to back while
+/// CPU tasks overlap later dense forwards and never each other.
+#[test]
+fn async_cpu_path_never_stalls_the_dense_path() {
+    use unmask_engine::backend::vnpu::replay::ModelPreset;
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::trace::Lane;
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
+    let p = prompt("llada", 0);
+    let mut a = vnpu();
+    let (out, stats, frames) = run_npu(&mut a, &p, &settings(CacheMode::Prefix));
+    assert!(!stats.lockstep && stats.concurrent);
+    assert!(stats.deferred > 0 && stats.busy_steps > 0, "deferred {} busy {}", stats.deferred, stats.busy_steps);
+    let t = a.timeline();
+    let dense: Vec<_> = t.events.iter().filter(|e| e.lane == Lane::Npu && e.is_summary()).collect();
+    assert_eq!(dense.len(), frames.len());
+    let per_step: f64 = frames.iter().filter_map(|f| f.simulated_s).sum();
+    let dense_s: f64 = dense.iter().map(|e| e.dur_sim).sum();
+    assert!((out.simulated_s.unwrap() - per_step).abs() < 1e-9);
+    assert!((per_step - dense_s).abs() < 1e-9 * per_step, "a step lasts its dense forward: {per_step} vs {dense_s}");
+    for w in dense.windows(2) {
+        assert!(w[1].start_sim + 1e-12 >= w[0].start_sim + w[0].dur_sim, "dense forwards never overlap");
+    }
+    let mut cpu: Vec<_> = t.events.iter().filter(|e| e.category == "cpu_path" && e.lane == Lane::Cpu(1)).collect();
+    cpu.sort_by(|x, y| x.start_sim.total_cmp(&y.start_sim));
+    for w in cpu.windows(2) {
+        assert!(w[1].start_sim + 1e-12 >= w[0].start_sim + w[0].dur_sim, "the CPU path runs one task at a time");
+    }
+    let spans_later = cpu.iter().any(|c| dense.iter().any(|d| d.start_sim > c.start_sim + 1e-12 && d.start_sim < c.start_sim + c.dur_sim));
+    assert!(spans_later, "no CPU task overlapped a later dense forward");
+    // The same run in lockstep takes longer in simulated time (it waits for every job).
+    let mut b = vnpu();
+    let (lo, ls, _) = run_npu(&mut b, &p, &lockstep(CacheMode::Prefix));
+    assert!(ls.lockstep && ls.deferred == 0 && ls.busy_steps == 0);
+    assert!(out.simulated_s.unwrap() < lo.simulated_s.unwrap());
+    // Every Visible token still ends Stable.
+    assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+}
+
 /// The virtual NPU keeps K/V in 32×32 tiles and its CPU path reads and writes them in place: the
 /// same generation as on the CPU backend (row-major cache), token for token.
 #[test]
@@ -183,7 +235,9 @@ fn tiled_cache_on_the_virtual_npu_gives_the_cpu_tokens() {
     // plan the same windows.
     let mut cpu = FakeNpu::new(m, Some(npu.cost_profile().unwrap().token_buckets));
     let p = prompt("llada", 1);
-    let s = settings(CacheMode::Prefix);
+    // Lockstep: the fake backend reports no device time, so only then do both land every verdict
+    // at the same step.
+    let s = lockstep(CacheMode::Prefix);
     let (a, sa, _) = run_npu(&mut npu, &p, &s);
     let (b, sb, _) = run_npu(&mut cpu, &p, &s);
     assert!(sa.merges.len() + sb.merges.len() > 0, "revisions merged K/V");

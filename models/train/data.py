@@ -220,9 +220,10 @@ def heldout_set(split):
 class TaskSampler:
     """Training task generator; excludes every val/test message."""
 
-    def __init__(self):
+    def __init__(self, weights=None):
         self.passages = continue_passages("train")
-        self.weights = np.array([TASK_WEIGHTS[t] for t in TASKS], dtype=np.float64)
+        w = {**TASK_WEIGHTS, **(weights or {})}
+        self.weights = np.array([w[t] for t in TASKS], dtype=np.float64)
         self.weights /= self.weights.sum()
         self.excluded = {r["message"] for s in ("val", "test") for r in heldout_set(s)}
 

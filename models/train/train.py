@@ -78,6 +78,8 @@ def parse_args(argv=None):
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--mix", default=None,
+                    help="task mixture overrides, e.g. add=0.4,reverse=0.2 (others keep data.TASK_WEIGHTS)")
     ap.add_argument("--sft-frac", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=data.TRAIN_SEED)
     ap.add_argument("--threads", type=int, default=1)
@@ -100,6 +102,19 @@ def parse_args(argv=None):
     return a
 
 
+def parse_mix(spec):
+    """'add=0.4,reverse=0.2' -> {"add": 0.4, "reverse": 0.2}; unknown tasks are an error."""
+    if not spec:
+        return None
+    out = {}
+    for part in spec.split(","):
+        name, _, w = part.partition("=")
+        if name not in data.TASKS:
+            raise SystemExit(f"--mix: unknown task {name!r} (tasks: {', '.join(data.TASKS)})")
+        out[name] = float(w)
+    return out
+
+
 def template_of(arch):
     return "llada_moe" if arch == "llada_moe" else "llada"
 
@@ -112,7 +127,7 @@ class Batcher:
         self.template = template_of(args.arch)
         self.eot = tok.token_to_id(data.ROLE_END if self.template == "llada_moe" else data.EOT)
         self.stream = self._prose_stream("train", cache_dir)
-        self.tasks = data.TaskSampler()
+        self.tasks = data.TaskSampler(parse_mix(args.mix))
 
     def _prose_stream(self, split, cache_dir):
         h = hashlib.sha1(self.tok.to_str().encode()).hexdigest()[:12]

@@ -16,8 +16,13 @@ LM head kept): the starting point of the speculative-decoding draft, taken from 
 `--to llama` -- the same weights under Llama names (LLaDA's math minus the causal mask is Llama's),
 as the starting point of the AR twin; training then makes it causal.
 
+`--to llada` -- the reverse: a Llama (AR) checkpoint under LLaDA names, as the starting point of a
+dLLM (AR-to-diffusion adaptation, as Dream initialises from Qwen; here without logit shift, so the
+LLaDA layout and decoding stay exact); training then makes it bidirectional and mask-predicting.
+
 Usage: python models/train/upcycle.py --dense models/tiny-llada --out /work/ckpt/moe-init
        python models/train/upcycle.py --to llama --dense DIR --out /work/ckpt/ar-init
+       python models/train/upcycle.py --to llada --dense AR_DIR --out /work/ckpt/dllm-from-ar
 """
 import argparse
 import json
@@ -41,11 +46,13 @@ def main():
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--noise", type=float, default=0.1, help="relative std of the expert noise")
     ap.add_argument("--seed", type=int, default=5)
-    ap.add_argument("--to", choices=["llada_moe", "llama", "draft"], default="llada_moe")
+    ap.add_argument("--to", choices=["llada_moe", "llama", "llada", "draft"], default="llada_moe")
     ap.add_argument("--keep-layers", type=int, default=2)
     a = ap.parse_args()
     if a.to == "llama":
         return to_llama(a)
+    if a.to == "llada":
+        return to_llada(a)
     if a.to == "draft":
         return to_draft(a)
     torch.manual_seed(a.seed)
@@ -156,6 +163,36 @@ def to_llama(a):
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
         json.dump({"total_steps_trained": 0, "converted_from": os.path.abspath(a.dense)}, f, indent=2)
     print(f"params {ar.num_params():,} -> {a.out}")
+
+
+def to_llada(a):
+    ar = load_hf(a.dense)
+    ac = ar.cfg
+    tok = Tokenizer.from_file(os.path.join(a.dense, "tokenizer.json"))
+    cfg = TinyConfig(**{**ac.__dict__, "arch": "llada", "eot_token_id": tok.token_to_id(data.EOT)})
+    dllm = build(cfg)
+    t, m = dllm.model.transformer, ar.model
+    with torch.no_grad():
+        t.wte.weight.copy_(m.embed_tokens.weight)
+        t.ln_f.weight.copy_(m.norm.weight)
+        t.ff_out.weight.copy_(ar.lm_head.weight)
+        for blk, layer in zip(t.blocks, m.layers):
+            for src, dst in ((layer.input_layernorm, blk.attn_norm), (layer.post_attention_layernorm, blk.ff_norm),
+                             (layer.self_attn.q_proj, blk.q_proj), (layer.self_attn.k_proj, blk.k_proj),
+                             (layer.self_attn.v_proj, blk.v_proj), (layer.self_attn.o_proj, blk.attn_out),
+                             (layer.mlp.gate_proj, blk.ff_proj), (layer.mlp.up_proj, blk.up_proj),
+                             (layer.mlp.down_proj, blk.ff_out)):
+                dst.weight.copy_(src.weight)
+    save_hf(dllm, a.out, dtype=torch.float32)
+    copy_tokenizer(a.dense, a.out)
+    prior = {}
+    st = os.path.join(a.dense, "trainer_state.json")
+    if os.path.exists(st):
+        prior = json.load(open(st))
+    with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
+        json.dump({"total_steps_trained": 0, "converted_from": os.path.abspath(a.dense),
+                   "source_total_steps": prior.get("total_steps_trained")}, f, indent=2)
+    print(f"params {dllm.num_params():,} -> {a.out}")
 
 
 if __name__ == "__main__":

@@ -56,4 +56,8 @@ pub trait Backend: Send {
     /// Called on a revision executor by the decoding loop just before the dense forward of a step
     /// starts, so forwards that follow can be paired with that dense forward (timelines).
     fn begin_step(&mut self) {}
+    /// Called on the dense backend at a step boundary where the dense path waits for the CPU
+    /// path (lockstep revision schedule): the next dense forward starts after every CPU-path
+    /// task so far. Without the call a device timeline lets the two paths overlap across steps.
+    fn sync_cpu_path(&mut self) {}
 }

@@ -121,4 +121,8 @@ impl Backend for RecordingBackend {
         }
         self.inner.begin_step();
     }
+
+    fn sync_cpu_path(&mut self) {
+        self.inner.sync_cpu_path();
+    }
 }

@@ -19,6 +19,17 @@
 //!    Stable tokens never (selective logit skipping).
 //! 3. **CPU path.** While the dense forward runs, a scoped thread runs [`RevisionWorker`] on the
 //!    backend's `revision_backend()` (inline after the dense forward when there is none).
+//!    Schedule ([`CpuPathSchedule`], on the simulated device clock the backends report): *async*
+//!    (default) launches a job only when the CPU path is idle; the job may outlast its dense
+//!    step, the dense path never waits for it, and its verdicts are held until the first step
+//!    boundary after its simulated end (validated then: a verdict applies only to a position
+//!    still Visible with the token it checked; its K/V merge only where the cache still holds
+//!    that token). Positions a job is still checking stay Visible when their block completes,
+//!    until its verdicts land; a job still running when the run ends is dropped. *Lockstep*
+//!    gives every step a job and waits for it (step = the longer path). On this machine the
+//!    worker thread is joined at its own step's boundary either way, so which verdict lands when
+//!    depends only on the simulated times (runs are deterministic); without simulated times
+//!    (CPU backends) a job takes no device time and lands at once.
 //! 4. **Commit.** The base policy selects from the current block's candidates only (plus
 //!    accepted drafts on the block's first step); future-block predictions become drafts.
 //! 5. **Step boundary.** Revisions are applied, their K/V (side buffer in the NPU's 32×32 tile
@@ -51,7 +62,7 @@ use super::denoise::{to_rows, FrameSink};
 use super::frame::{CancelFlag, StepFrame};
 use super::output::{DecodeOutput, StopReason};
 use super::policy::Candidate;
-use super::revision::{Lifecycle, RevisionJob, RevisionOutcome, RevisionWorker};
+use super::revision::{CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, RevisionWorker};
 use super::settings::{CacheMode, DecodeSettings};
 use super::speculative::{accept_drafts, DraftBook, SpeculativeSettings};
 use super::window::WindowPlanner;
@@ -106,6 +117,21 @@ pub struct MergeEvent {
     pub positions: Vec<usize>,
 }
 
+/// A CPU-path outcome waiting for the step boundary after its simulated end (async schedule).
+struct InFlight {
+    outcome: RevisionOutcome,
+    /// Simulated time (dense-path clock) the job ends at.
+    done_at: f64,
+    /// Step the job was launched at.
+    step: usize,
+}
+
+impl InFlight {
+    fn positions(&self) -> Vec<usize> {
+        self.outcome.checks.iter().map(|c| c.pos).collect()
+    }
+}
+
 /// Counters of the speculative and revision machinery (the frames carry the per-token story).
 #[derive(Debug, Clone, Default)]
 pub struct DualPathStats {
@@ -129,6 +155,15 @@ pub struct DualPathStats {
     pub checks: Vec<(usize, Vec<usize>)>,
     /// Delayed merges.
     pub merges: Vec<MergeEvent>,
+    /// CPU-path outcomes applied at a later step boundary than the one of the step they were
+    /// launched at (async schedule: the job outlasted its dense step).
+    pub deferred: usize,
+    /// Steps with Visible tokens to check that launched no job because the CPU path was busy.
+    pub busy_steps: usize,
+    /// Jobs still in flight when the run ended (their verdicts never landed).
+    pub dropped_jobs: usize,
+    /// Whether the two paths ran in lockstep (each step waited for its CPU-path job).
+    pub lockstep: bool,
     /// Every dense window.
     pub windows: Vec<WindowRecord>,
     /// Token buckets in use (empty = dynamic).
@@ -186,6 +221,12 @@ pub fn run(
     let (mut steps, mut forwards, mut frames) = (0usize, 0usize, 0usize);
     let mut simulated: Option<f64> = None;
     let mut stop_reason = StopReason::Completed;
+    // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
+    let lockstep = rev_backend.is_none() || settings.revision.as_ref().is_some_and(|r| r.schedule == CpuPathSchedule::Lockstep);
+    stats.lockstep = lockstep;
+    let mut in_flight: Option<InFlight> = None;
+    // Simulated time of the dense path (the device clock the async schedule runs on).
+    let mut clock = 0.0f64;
     let max_skips = settings.steps.max(1) + 1;
 
     'blocks: for b in 0..settings.num_blocks() {
@@ -223,18 +264,22 @@ pub fn run(
             };
             let draft_pos = if spec.is_some() { canvas.masked_in(block.1, span.end.min(win_end)) } else { Vec::new() };
             let rows: Vec<usize> = masked.iter().chain(&draft_pos).map(|&p| src(p) - win_start).collect();
-            let job = life.as_ref().and_then(|l| {
-                let checks = l.pick_checks(&canvas, block.0, block.1);
+            // The CPU path takes a job only when idle (async) or every step (lockstep).
+            let checks = life.as_ref().map(|l| l.pick_checks(&canvas, block.0, block.1)).unwrap_or_default();
+            if !checks.is_empty() && in_flight.is_some() {
+                stats.busy_steps += 1;
+            }
+            let job = (!checks.is_empty() && in_flight.is_none()).then(|| {
                 let lo = if cached { checks.first().map_or(cached_to, |&c| src(c).min(cached_to)) } else { 0 };
-                (!checks.is_empty()).then(|| RevisionJob {
+                RevisionJob {
                     positions: checks,
                     tokens: canvas.tokens().to_vec(),
                     mask_id: mask,
                     lo,
                     cache: kv.clone(),
-                    settings: l.settings().clone(),
+                    settings: life.as_ref().map(|l| l.settings().clone()).unwrap_or_default(),
                     shift,
-                })
+                }
             });
             let req = ForwardRequest {
                 tokens: &canvas.tokens()[win_start..win_end],
@@ -242,7 +287,8 @@ pub fn run(
                 logits_rows: &rows,
                 kv: mode,
             };
-            // Dense path here, CPU path on a scoped thread; both end before the step boundary.
+            // Dense path here, CPU path on a scoped thread; the thread is joined before the step
+            // boundary (its verdicts may be held past it: see the schedule in the module docs).
             let (dense, threaded, inline_job) = std::thread::scope(|s| {
                 let (handle, inline_job) = match (job, rev_backend.as_mut()) {
                     (Some(j), Some(rb)) => {
@@ -267,20 +313,37 @@ pub fn run(
                 Some(k) => k.invalidate_from(first_masked),
                 None => {}
             }
+            let was_threaded = threaded.is_some();
             let outcome: Option<RevisionOutcome> = match (threaded, inline_job) {
                 (Some(r), _) => Some(r?),
                 (None, Some(j)) => Some(RevisionWorker::run(backend, j)?),
                 (None, None) => None,
             };
-            // The CPU path runs beside the dense forward: the step lasts as long as the longer
-            // of the two (inline revision adds to the dense path's time instead).
-            let step_sim = match (fstats.simulated_s, outcome.as_ref().and_then(|o| o.simulated_s)) {
+            let cpu_s = outcome.as_ref().and_then(|o| o.simulated_s);
+            let step_sim = match (fstats.simulated_s, cpu_s) {
+                // Async: the dense path never waits for the CPU path.
+                (Some(d), _) if !lockstep => Some(d),
+                // Lockstep: the CPU path runs beside the dense forward, the step lasts as long as
+                // the longer of the two (inline revision adds to the dense path's time instead).
                 (Some(d), Some(c)) if stats.concurrent => Some(d.max(c)),
                 (Some(d), Some(c)) => Some(d + c),
                 (d, c) => d.or(c),
             };
+            if let Some(o) = outcome {
+                stats.cpu_forwards += o.forwards;
+                if !stats.cpu_threads.contains(&o.thread) {
+                    stats.cpu_threads.push(o.thread);
+                }
+                stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
+                let done_at = if lockstep { clock } else { clock + o.simulated_s.unwrap_or(0.0) };
+                in_flight = Some(InFlight { outcome: o, done_at, step });
+            }
             if let Some(s) = step_sim {
                 *simulated.get_or_insert(0.0) += s;
+                clock += s;
+            }
+            if lockstep && was_threaded {
+                backend.sync_cpu_path();
             }
 
             let mut logits = to_rows(&out.logits, out.vocab, rows.len(), backend.name())?.into_iter();
@@ -312,13 +375,11 @@ pub fn run(
                 changes.push(canvas.commit(c.pos, c.token, c.confidence as f32, step, state));
             }
 
-            // Step boundary: CPU-path verdicts, then the delayed K/V merge.
-            if let (Some(l), Some(o)) = (life.as_mut(), outcome.as_ref()) {
-                stats.cpu_forwards += o.forwards;
-                if !stats.cpu_threads.contains(&o.thread) {
-                    stats.cpu_threads.push(o.thread);
-                }
-                stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
+            // Step boundary: the CPU-path verdicts whose job has ended, then the delayed K/V merge.
+            let ready = in_flight.take_if(|f| f.done_at <= clock + 1e-12);
+            if let (Some(l), Some(f)) = (life.as_mut(), ready.as_ref()) {
+                let o = &f.outcome;
+                stats.deferred += usize::from(f.step != step);
                 let applied = l.apply(&mut canvas, o, step);
                 stats.revisions += applied.iter().filter(|c| c.revised).count();
                 stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
@@ -329,11 +390,23 @@ pub fn run(
                         stats.merges.push(MergeEvent { step, positions: merged });
                     }
                 }
+                // Tokens of finished blocks that waited for these verdicts are done now.
+                let late = l.promote_block(&mut canvas, prompt.len(), block.0, step, &[]);
+                stats.promotions += late.len();
+                changes.extend(late);
             }
             masked = canvas.masked_in(block.0, block.1);
             if masked.is_empty() {
                 if let Some(l) = life.as_mut() {
-                    let promoted = l.promote_block(&mut canvas, block.0, block.1, step);
+                    // Leaving the block: positions an in-flight job checks wait for its verdicts,
+                    // unless the run ends here (the job is then dropped).
+                    let ends_run = b + 1 == settings.num_blocks()
+                        || (settings.early_stop_eos && block.1 > block.0 && stop_ids.contains(&canvas.tokens()[block.1 - 1]));
+                    if ends_run && in_flight.take().is_some() {
+                        stats.dropped_jobs += 1;
+                    }
+                    let waiting = in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
+                    let promoted = l.promote_block(&mut canvas, prompt.len(), block.1, step, &waiting);
                     stats.promotions += promoted.len();
                     changes.extend(promoted);
                 }
@@ -362,6 +435,9 @@ pub fn run(
         }
     }
 
+    if in_flight.take().is_some() {
+        stats.dropped_jobs += 1;
+    }
     let fill = settings.eos_id(&cfg).unwrap_or(mask);
     let tokens: Vec<u32> = (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
     let committed = canvas.committed_total();

@@ -30,6 +30,18 @@ use crate::backend::Backend;
 use crate::error::{EngineError, Result};
 use crate::model::{ForwardRequest, KvCache, KvMode};
 
+/// How the dense path and the CPU path share (simulated) time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuPathSchedule {
+    /// The dense path never waits: a job starts only when the CPU path is idle, may span several
+    /// dense steps, and its verdicts land at the first step boundary after its simulated end.
+    #[default]
+    Async,
+    /// Every step waits for its CPU-path job: a step lasts as long as the longer path.
+    Lockstep,
+}
+
 /// Knobs of progressive revision (defaults: see the `ablation` bench and the report).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -44,11 +56,13 @@ pub struct RevisionSettings {
     pub stable_checks: usize,
     /// Visible positions re-checked per step (the CPU path's budget).
     pub max_checks: usize,
+    /// How the CPU path is scheduled against the dense path.
+    pub schedule: CpuPathSchedule,
 }
 
 impl Default for RevisionSettings {
     fn default() -> Self {
-        RevisionSettings { visible_threshold: 0.7, stable_threshold: 0.9, revise_margin: 0.2, stable_checks: 2, max_checks: 4 }
+        RevisionSettings { visible_threshold: 0.7, stable_threshold: 0.9, revise_margin: 0.2, stable_checks: 2, max_checks: 4, schedule: CpuPathSchedule::Async }
     }
 }
 
@@ -305,9 +319,13 @@ impl Lifecycle {
         changes
     }
 
-    /// Promotes every Visible token of `[start, end)` (the block being left) to Stable.
-    pub fn promote_block(&mut self, canvas: &mut Canvas, start: usize, end: usize, step: usize) -> Vec<TokenChange> {
-        let visible: Vec<usize> = (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
+    /// Promotes every Visible token of `[start, end)` (the block being left) to Stable, except
+    /// `waiting` (positions a CPU-path job still in flight is checking: they stay Visible until
+    /// its verdicts land).
+    pub fn promote_block(&mut self, canvas: &mut Canvas, start: usize, end: usize, step: usize, waiting: &[usize]) -> Vec<TokenChange> {
+        let visible: Vec<usize> = (start..end.min(canvas.len()))
+            .filter(|&p| canvas.state(p) == TokenState::Visible && !waiting.contains(&p))
+            .collect();
         visible.into_iter().map(|p| promote(canvas, p, step)).collect()
     }
 }
@@ -357,7 +375,8 @@ mod tests {
         let ch = life.apply(&mut canvas, &out, 2);
         assert_eq!(ch.len(), 1);
         assert!(ch[0].state == TokenState::Stable && !ch[0].revised);
-        let rest = life.promote_block(&mut canvas, 1, 4, 3);
+        assert!(life.promote_block(&mut canvas, 1, 4, 3, &[2]).is_empty(), "a position still being checked waits");
+        let rest = life.promote_block(&mut canvas, 1, 4, 3, &[]);
         assert_eq!(rest.iter().map(|c| c.pos).collect::<Vec<_>>(), vec![2]);
     }
 }

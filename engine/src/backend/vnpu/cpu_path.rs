@@ -3,8 +3,10 @@
 //!
 //! The CPU path runs on its own thread while the dense forward of the same step runs on the NPU.
 //! Its tasks are queued as they finish and placed on the timeline when the NPU side next records
-//! (or the timeline is read): each starts no earlier than the dense forward it ran beside, and the
-//! next dense forward starts only after both, as the step boundary requires.
+//! (or the timeline is read): each starts no earlier than the dense forward it ran beside and
+//! after the CPU path's previous task. The next dense forward starts when the NPU side is free
+//! (asynchronous schedule: a CPU task may span several dense forwards), or after every task so
+//! far when the loop called [`Lanes::sync`] (lockstep schedule: the step boundary waits).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -57,6 +59,8 @@ pub struct Lanes {
     cores: usize,
     pending: Vec<PendingTask>,
     totals: CpuPathTotals,
+    /// The next dense forward waits for the CPU path (set by [`Lanes::sync`], used once).
+    barrier: bool,
 }
 
 impl Lanes {
@@ -68,6 +72,7 @@ impl Lanes {
             cores: cores.max(1),
             pending: Vec::new(),
             totals: CpuPathTotals::default(),
+            barrier: false,
         }
     }
     /// Places queued CPU-path tasks whose dense forward is recorded next to it.
@@ -102,13 +107,21 @@ impl Lanes {
     pub fn timeline_mut(&mut self) -> &mut Timeline {
         &mut self.timeline
     }
-    /// Records where the next dense forward starts: after every event so far (the CPU tasks of
-    /// earlier steps included). Returns that start.
+    /// Records where the next dense forward starts and returns it: when the NPU side's events
+    /// end, or after every event so far (CPU-path tasks included) after a [`Lanes::sync`].
     pub fn begin_dense(&mut self) -> f64 {
         self.flush();
-        let t0 = self.timeline.end_sim();
+        let t0 = if std::mem::take(&mut self.barrier) {
+            self.timeline.end_sim()
+        } else {
+            self.timeline.events.iter().filter(|e| e.category != "cpu_path").map(|e| e.start_sim + e.dur_sim).fold(0.0, f64::max)
+        };
         self.dense_starts.push(t0);
         t0
+    }
+    /// The next dense forward waits for every CPU-path task so far (a lockstep step boundary).
+    pub fn sync(&mut self) {
+        self.barrier = true;
     }
     /// Index the next dense forward will get.
     pub fn next_dense(&self) -> usize {
@@ -162,10 +175,11 @@ pub struct CpuPath {
 }
 
 impl CpuPath {
-    /// A CPU path on `profile`'s CPU cores (all but the one driving the NPU) for `model`.
-    pub fn new(model: Arc<Transformer>, profile: &DeviceProfile, lanes: SharedLanes, origin: Instant) -> Self {
+    /// A CPU path on `profile`'s CPU cores (all but the one driving the NPU) for `model`, timed
+    /// with the layer shapes of `timing` (normally `model.config`).
+    pub fn new(model: Arc<Transformer>, timing: &ModelConfig, profile: &DeviceProfile, lanes: SharedLanes, origin: Instant) -> Self {
         let cores = cpu_path_cores(profile);
-        let sim = cpu_simulator(&model.config, profile, cores);
+        let sim = cpu_simulator(timing, profile, cores);
         let pair = lanes.next_dense();
         CpuPath { inner: CpuBackend::new(model), sim, lanes, origin, profile: profile.name.clone(), pair }
     }

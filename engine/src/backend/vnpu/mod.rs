@@ -49,6 +49,10 @@ pub struct VnpuConfig {
     pub context_buckets: Option<Vec<usize>>,
     /// Record per-operator events into the timeline.
     pub record_trace: bool,
+    /// Layer shapes the simulator charges instead of the loaded model's (e.g. LLaDA-8B, to time a
+    /// tiny model's decode at phone scale, CPU path included); the math stays the loaded model's,
+    /// and the staging thread is off (its plan would be for the other shapes).
+    pub timed_as: Option<ModelConfig>,
 }
 
 impl Default for VnpuConfig {
@@ -62,6 +66,7 @@ impl Default for VnpuConfig {
             token_buckets: None,
             context_buckets: None,
             record_trace: true,
+            timed_as: None,
         }
     }
 }
@@ -140,7 +145,7 @@ impl VirtualNpu {
     /// Wraps a loaded transformer for simulation on `profile`.
     pub fn new(model: Arc<Transformer>, profile: DeviceProfile, config: VnpuConfig) -> Result<Self> {
         crate::threads::init(0);
-        let sim = simulator_for(&model.config, &profile, &config)?;
+        let sim = simulator_for(config.timed_as.as_ref().unwrap_or(&model.config), &profile, &config)?;
         let lanes = SharedLanes::new(profile.display_name.clone(), cpu_path::cpu_path_cores(&profile));
         Ok(VirtualNpu {
             model,
@@ -213,7 +218,7 @@ impl VirtualNpu {
         n.power_up_s.value + graphs as f64 * n.graph_load_s.value
     }
     fn graphs_per_forward(&self) -> usize {
-        self.model.config.n_layers.div_ceil(self.sim.options().layers_per_graph) + 1
+        self.sim.config().n_layers.div_ceil(self.sim.options().layers_per_graph) + 1
     }
     pub(crate) fn context_of(req: &ForwardRequest, cache: Option<&KvCache>) -> usize {
         let block: HashSet<usize> = req.positions.iter().copied().collect();
@@ -291,7 +296,11 @@ impl Backend for VirtualNpu {
         // Check the device's rules before running: a shape without a graph or a plan that does not
         // fit the NPU-visible space fails here, as it would on the phone.
         let step = if n > 0 { Some(self.sim.simulate(shape)?) } else { None };
-        let stream = if n > 0 { Some(self.stream_plan(shape)?).filter(|p| !p.is_empty()) } else { None };
+        let stream = if n > 0 && self.config.timed_as.is_none() {
+            Some(self.stream_plan(shape)?).filter(|p| !p.is_empty())
+        } else {
+            None
+        };
         let wall_start = self.origin.elapsed().as_secs_f64();
         let t0 = Instant::now();
         // Weights the plan swaps in are really copied by the staging thread and read from the copies.
@@ -341,7 +350,11 @@ impl Backend for VirtualNpu {
     fn revision_backend(&self) -> Option<Box<dyn Backend>> {
         // The revision path runs on the phone's CPU cores, next to the NPU: a CPU executor on the
         // same weights, timed on the profile's CPU and recorded on this device's timeline.
-        Some(Box::new(CpuPath::new(Arc::clone(&self.model), &self.profile, self.lanes.clone(), self.origin)))
+        let timing = self.config.timed_as.as_ref().unwrap_or(&self.model.config);
+        Some(Box::new(CpuPath::new(Arc::clone(&self.model), timing, &self.profile, self.lanes.clone(), self.origin)))
+    }
+    fn sync_cpu_path(&mut self) {
+        self.lanes.lock().sync();
     }
 }
 
