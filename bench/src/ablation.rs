@@ -180,7 +180,7 @@ fn calibration(points: &[(f32, bool)]) -> Value {
 }
 
 pub fn run(quick: bool) -> Result<Value> {
-    let per_task = if quick { 3 } else { 10 };
+    let per_task = if quick { 2 } else { 10 };
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada");
     let m = load_model(&dir)?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();

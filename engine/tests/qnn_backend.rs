@@ -59,8 +59,9 @@ fn f32_lowering_matches_cpu_on_embedded_tiny_llada() {
 }
 
 /// Quantised weights (per output channel) with fp16 activations, against the f32 logits.
-/// Measured on this 24-token block (printed): W8A16 max rel err 2.6e-2, top-1 1.0; W4A16 3.6e-1,
-/// top-1 0.875 (15 levels per whole row; block-wise LPBQ would be the fix). Bounds leave headroom.
+/// Measured on this 24-token block (printed), December weights: W8A16 max rel err 9.3e-2, top-1
+/// 1.0; W4A16 1.34, top-1 0.46 (15 levels per whole row; block-wise LPBQ would be the fix). The
+/// earlier, weaker weights had smaller outliers (W8 2.6e-2, W4 3.6e-1 / 0.875). Bounds leave headroom.
 #[test]
 fn quantised_precisions_stay_within_measured_bounds() {
     let t = tiny_llada();
@@ -68,7 +69,7 @@ fn quantised_precisions_stay_within_measured_bounds() {
     let ids: Vec<u32> = (0..24u32).map(|i| 40 + (i * 131) % 3500).collect();
     let want = forward_all(&mut cpu, &ids);
     let vocab = t.config.vocab;
-    for (precision, bound, min_top1) in [(QnnPrecision::W8A16, 0.05f32, 0.95), (QnnPrecision::W4A16, 0.6, 0.75)] {
+    for (precision, bound, min_top1) in [(QnnPrecision::W8A16, 0.15f32, 0.95), (QnnPrecision::W4A16, 2.0, 0.35)] {
         let mock = Mock::new();
         let mut q = qnn_backend(&t, options(&mock, precision));
         let got = forward_all(&mut q, &ids);
