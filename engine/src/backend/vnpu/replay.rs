@@ -106,7 +106,7 @@ impl DualPathTrace {
 }
 
 /// A [`DualPathTrace`] replayed: dense forwards on the NPU, CPU-path forwards on the phone's CPU,
-/// each step lasting as long as the longer of its two paths (all **simulated**).
+/// in lockstep (each step as long as the longer path) and with the async schedule (all **simulated**).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct DualPathReplay {
     /// Model shape.
@@ -129,9 +129,9 @@ pub struct DualPathReplay {
     pub cpu_bound_steps: usize,
     /// Latency if the CPU path never held up the dense path: a step's CPU-path job is launched
     /// only when the CPU path is idle at the step's start, and runs across as many dense steps as
-    /// it needs (its verdicts would land at the first step boundary after it ends); jobs that find
-    /// the CPU busy are dropped. Not what the decoding loop does today (it runs the two paths in
-    /// lockstep, `simulated_latency_s`): an estimate of that scheduling policy.
+    /// it needs (its verdicts land at the first step boundary after it ends); jobs that find the
+    /// CPU busy are dropped. This is the decoding loop's default (`CpuPathSchedule::Async`) re-timed
+    /// on this device; `simulated_latency_s` is its `Lockstep` schedule.
     pub async_latency_s: f64,
     /// CPU-path jobs (steps with CPU forwards) the asynchronous schedule would run / drop.
     pub async_jobs_run: usize,
