@@ -141,6 +141,15 @@ def to_draft(a):
     print(f"params {draft.num_params():,} -> {a.out}")
 
 
+def same_modules(layer, blk):
+    """(Llama module, LLaDA module) pairs of one layer holding the same weight."""
+    return ((layer.input_layernorm, blk.attn_norm), (layer.post_attention_layernorm, blk.ff_norm),
+            (layer.self_attn.q_proj, blk.q_proj), (layer.self_attn.k_proj, blk.k_proj),
+            (layer.self_attn.v_proj, blk.v_proj), (layer.self_attn.o_proj, blk.attn_out),
+            (layer.mlp.gate_proj, blk.ff_proj), (layer.mlp.up_proj, blk.up_proj),
+            (layer.mlp.down_proj, blk.ff_out))
+
+
 def to_llama(a):
     dense = load_hf(a.dense)
     dc = dense.cfg
@@ -152,11 +161,7 @@ def to_llama(a):
         m.norm.weight.copy_(t.ln_f.weight)
         ar.lm_head.weight.copy_(t.ff_out.weight)
         for blk, layer in zip(t.blocks, m.layers):
-            for dst, src in ((layer.input_layernorm, blk.attn_norm), (layer.post_attention_layernorm, blk.ff_norm),
-                             (layer.self_attn.q_proj, blk.q_proj), (layer.self_attn.k_proj, blk.k_proj),
-                             (layer.self_attn.v_proj, blk.v_proj), (layer.self_attn.o_proj, blk.attn_out),
-                             (layer.mlp.gate_proj, blk.ff_proj), (layer.mlp.up_proj, blk.up_proj),
-                             (layer.mlp.down_proj, blk.ff_out)):
+            for dst, src in same_modules(layer, blk):
                 dst.weight.copy_(src.weight)
     save_hf(ar, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
@@ -177,11 +182,7 @@ def to_llada(a):
         t.ln_f.weight.copy_(m.norm.weight)
         t.ff_out.weight.copy_(ar.lm_head.weight)
         for blk, layer in zip(t.blocks, m.layers):
-            for src, dst in ((layer.input_layernorm, blk.attn_norm), (layer.post_attention_layernorm, blk.ff_norm),
-                             (layer.self_attn.q_proj, blk.q_proj), (layer.self_attn.k_proj, blk.k_proj),
-                             (layer.self_attn.v_proj, blk.v_proj), (layer.self_attn.o_proj, blk.attn_out),
-                             (layer.mlp.gate_proj, blk.ff_proj), (layer.mlp.up_proj, blk.up_proj),
-                             (layer.mlp.down_proj, blk.ff_out)):
+            for src, dst in same_modules(layer, blk):
                 dst.weight.copy_(src.weight)
     save_hf(dllm, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
