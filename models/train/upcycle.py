@@ -150,19 +150,22 @@ def same_modules(layer, blk):
             (layer.mlp.down_proj, blk.ff_out))
 
 
+def model_pairs(ar, dllm):
+    """(Llama module, LLaDA module) pairs of two dense models holding the same weight."""
+    t, m = dllm.model.transformer, ar.model
+    yield from ((m.embed_tokens, t.wte), (m.norm, t.ln_f), (ar.lm_head, t.ff_out))
+    for blk, layer in zip(t.blocks, m.layers):
+        yield from same_modules(layer, blk)
+
+
 def to_llama(a):
     dense = load_hf(a.dense)
     dc = dense.cfg
     cfg = TinyConfig(**{**dc.__dict__, "arch": "llama"})
     ar = build(cfg)
-    t, m = dense.model.transformer, ar.model
     with torch.no_grad():
-        m.embed_tokens.weight.copy_(t.wte.weight)
-        m.norm.weight.copy_(t.ln_f.weight)
-        ar.lm_head.weight.copy_(t.ff_out.weight)
-        for blk, layer in zip(t.blocks, m.layers):
-            for dst, src in same_modules(layer, blk):
-                dst.weight.copy_(src.weight)
+        for dst, src in model_pairs(ar, dense):
+            dst.weight.copy_(src.weight)
     save_hf(ar, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
@@ -176,14 +179,9 @@ def to_llada(a):
     tok = Tokenizer.from_file(os.path.join(a.dense, "tokenizer.json"))
     cfg = TinyConfig(**{**ac.__dict__, "arch": "llada", "eot_token_id": tok.token_to_id(data.EOT)})
     dllm = build(cfg)
-    t, m = dllm.model.transformer, ar.model
     with torch.no_grad():
-        t.wte.weight.copy_(m.embed_tokens.weight)
-        t.ln_f.weight.copy_(m.norm.weight)
-        t.ff_out.weight.copy_(ar.lm_head.weight)
-        for blk, layer in zip(t.blocks, m.layers):
-            for src, dst in same_modules(layer, blk):
-                dst.weight.copy_(src.weight)
+        for src, dst in model_pairs(ar, dllm):
+            dst.weight.copy_(src.weight)
     save_hf(dllm, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
     prior = {}
