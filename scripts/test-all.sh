@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# A one-shot build gains nothing from incremental state, which would add gigabytes to target/.
+export CARGO_INCREMENTAL=0
 
 # The app crate (src-tauri, a workspace member) needs the Tauri/WebKitGTK system packages to build;
 # the smoke test below also needs Xvfb and ImageMagick. Only missing packages are installed.
