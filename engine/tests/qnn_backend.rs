@@ -59,9 +59,10 @@ fn f32_lowering_matches_cpu_on_embedded_tiny_llada() {
 }
 
 /// Quantised weights (per output channel) with fp16 activations, against the f32 logits.
-/// Measured on this 24-token block (printed), December weights: W8A16 max rel err 9.3e-2, top-1
-/// 1.0; W4A16 1.34, top-1 0.46 (15 levels per whole row; block-wise LPBQ would be the fix). The
-/// earlier, weaker weights had smaller outliers (W8 2.6e-2, W4 3.6e-1 / 0.875). Bounds leave headroom.
+/// Measured on this 24-token block of arbitrary ids (printed), current weights (converted from
+/// tiny-ar): W8A16 max rel err 9.0e-2, top-1 1.0; W4A16 0.90, top-1 0.33 (8 of 24: 15 levels per
+/// whole row; block-wise LPBQ would be the fix). Earlier weights: W8 9.3e-2 / 1.0, W4 1.34 / 0.46;
+/// weaker ones before them: W8 2.6e-2, W4 3.6e-1 / 0.875. Bounds leave headroom.
 #[test]
 fn quantised_precisions_stay_within_measured_bounds() {
     let t = tiny_llada();
@@ -69,7 +70,7 @@ fn quantised_precisions_stay_within_measured_bounds() {
     let ids: Vec<u32> = (0..24u32).map(|i| 40 + (i * 131) % 3500).collect();
     let want = forward_all(&mut cpu, &ids);
     let vocab = t.config.vocab;
-    for (precision, bound, min_top1) in [(QnnPrecision::W8A16, 0.15f32, 0.95), (QnnPrecision::W4A16, 2.0, 0.35)] {
+    for (precision, bound, min_top1) in [(QnnPrecision::W8A16, 0.15f32, 0.95), (QnnPrecision::W4A16, 2.0, 0.25)] {
         let mock = Mock::new();
         let mut q = qnn_backend(&t, options(&mock, precision));
         let got = forward_all(&mut q, &ids);

@@ -32,9 +32,9 @@ DATA = """## Data and splits (shared by all four models; `train/data.py`)
   on the fly from `(seed, step)`, every val/test prompt is excluded, and `continue`/`next` use
   train passages only. Default training mixture (`data.TASK_WEIGHTS`): add 0.32, sub 0.14,
   reverse 0.14, sort 0.10, next 0.10, kv 0.06, copy 0.05, count 0.05, continue 0.04; the
-  December runs of tiny-ar and tiny-llada used `--mix` add 0.35, reverse 0.20, sub 0.10, sort
-  0.08, next 0.06, continue 0.06, copy 0.05, kv 0.05, count 0.05 (weighted toward the two target
-  tasks).
+  December runs used `--mix` weighted toward the two target tasks (each card's recipe has its
+  mixture; e.g. tiny-ar's first run: add 0.35, reverse 0.20, sub 0.10, sort 0.08, next 0.06,
+  continue 0.06, copy 0.05, kv 0.05, count 0.05).
 * **Held-out sets**: `models/data/val.jsonl` (seed 777001) and `models/data/test.jsonl` (seed
   999001), 50 examples per task each, `continue`/`next` from val/test passages only;
   `models/data/test_prose.json`: 48 windows of 128 tokens of test-split prose with fixed masked
