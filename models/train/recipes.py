@@ -247,5 +247,8 @@ python models/train/eval.py --model models/tiny-llada-moe --n-per-task 6
 UNMASK_QUALITY_MODELS=tiny-llada-moe bench/run quality
 ```
 """,
-    "limits": """Tiny, briefly trained; the same limits as tiny-llada.""",
+    "limits": """Tiny, briefly trained; the same limits as tiny-llada (prose fragments; sorting 0.48 and key-value
+lookup 0.30 weak). Addition 1.00 and reversal 0.86 on 50 held-out examples each (Rust engine).
+The 30-step version before it (December's first) answered nothing right: the LLaDA-MoE template
+and routing need on the order of 1,000 steps to learn.""",
 }
