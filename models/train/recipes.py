@@ -111,10 +111,9 @@ with `--device cuda`) for a stronger instrument.""",
 }
 
 
-def run_text(start, losses):
+def run_text(start, losses, where="one\ntorch thread of the 2-core machine"):
     def f(st, rows, val):
-        return f"""{st['this_run_steps']} steps from the {start} weights, {_fmt(_time(st, rows))} of wall time on one
-torch thread of the 2-core machine.
+        return f"""{st['this_run_steps']} steps from the {start} weights, {_fmt(_time(st, rows))} of wall time on {where}.
 {_losses(rows, val, losses)}"""
     return f
 
@@ -234,9 +233,8 @@ then 32 SFT + 2 prose windows; peak lr 1e-3 after 50 warmup steps, cosine to 5 %
 weight 0.01, two torch threads (~1.4 steps/s alone on the machine).
 
 """ + OPTIM,
-    "run": lambda st, rows, val: f"""{st['this_run_steps']} steps from the upcycled weights, {_fmt(_time(st, rows))} of wall time on two
-torch threads of the 2-core machine (partly shared with a Rust benchmark run).
-{_losses(rows, val, 'LLaDA-weighted losses')}""",
+    "run": run_text("upcycled", "LLaDA-weighted losses",
+                    "two\ntorch threads of the 2-core machine (partly shared with a Rust benchmark run)"),
     "reproduce": """```sh
 M="add=0.45,reverse=0.15,sub=0.1,sort=0.08,copy=0.05,kv=0.05,count=0.04,next=0.04,continue=0.04"
 python models/train/upcycle.py --dense models/tiny-llada --out /work/ckpt/moe-init2
