@@ -9,7 +9,9 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
 use unmask_engine::backend::Backend;
-use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, ChatSession, DecodeOutput, DecodeSettings, StepFrame};
+use unmask_engine::decode::{
+    check_request, generate, trim_at_stop, CancelFlag, ChatSession, DecodeOutput, DecodeSettings, StepFrame,
+};
 use unmask_engine::model::{load_model, ChatMessage, LoadedModel, TextTokenizer};
 
 use crate::args::{BackendArgs, DecodeArgs, ModelArg};
@@ -65,10 +67,64 @@ fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Opt
         },
         Err(e) => return Err(e),
     };
-    let m = load_model(&resolved.path).with_context(|| format!("loading model {}", resolved.path.display()))?;
+    let m = load(&resolved.path)?;
     let LoadedModel { transformer, tokenizer, template, generation, .. } = m;
     let backend = AnyBackend::new(backend, Arc::new(transformer))?;
     Ok(Session { backend, tokenizer, template, generation, model: resolved, data })
+}
+
+/// Loads a model; the context names the path only when the error itself does not already.
+fn load(path: &Path) -> Result<LoadedModel> {
+    load_model(path).map_err(|e| {
+        let shown = path.display().to_string();
+        if e.to_string().contains(&shown) {
+            anyhow::Error::new(e).context("loading model")
+        } else {
+            anyhow::Error::new(e).context(format!("loading model {shown}"))
+        }
+    })
+}
+
+/// Prompts larger than this are refused before they are read into memory.
+const MAX_PROMPT_BYTES: u64 = 16 << 20;
+
+/// The prompt of `generate`: the argument, or the bytes of `--prompt-file` (`-` = stdin).
+pub fn read_prompt(arg: Option<String>, file: Option<&Path>) -> Result<String> {
+    use std::io::Read;
+    let Some(file) = file else {
+        return arg.ok_or_else(|| crate::exit::fail(crate::exit::USAGE, "no prompt given (pass it or --prompt-file)"));
+    };
+    let too_big = |what: &str| {
+        crate::exit::fail(
+            crate::exit::INVALID,
+            format!("{what} is larger than the {} MiB a prompt may have", MAX_PROMPT_BYTES >> 20),
+        )
+    };
+    let mut bytes = Vec::new();
+    if file == Path::new("-") {
+        std::io::stdin().lock().take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes).context("reading the prompt from standard input")?;
+        if bytes.len() as u64 > MAX_PROMPT_BYTES {
+            return Err(too_big("the prompt on standard input"));
+        }
+    } else {
+        let f = std::fs::File::open(file).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { crate::exit::UNAVAILABLE } else { crate::exit::OTHER };
+            crate::exit::fail(code, format!("prompt file {}: {e}", file.display()))
+        })?;
+        f.take(MAX_PROMPT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| crate::exit::fail(crate::exit::UNAVAILABLE, format!("prompt file {}: {e}", file.display())))?;
+        if bytes.len() as u64 > MAX_PROMPT_BYTES {
+            return Err(too_big(&format!("prompt file {}", file.display())));
+        }
+    }
+    match String::from_utf8(bytes) {
+        Ok(s) => Ok(s),
+        Err(e) => {
+            eprintln!("warning: the prompt is not valid UTF-8; invalid bytes were replaced by U+FFFD");
+            Ok(String::from_utf8_lossy(e.as_bytes()).into_owned())
+        }
+    }
 }
 
 fn special_ids(s: &Session) -> Vec<u32> {
@@ -189,6 +245,8 @@ pub fn run_generate(
     let settings = decode.settings(&s.generation);
     let text = if raw { prompt.to_owned() } else { s.template.render(&[ChatMessage::user(prompt)], true) };
     let ids = s.tokenizer.encode(&text)?;
+    // Before the live canvas or the recording is sized by the request.
+    check_request(s.backend.config(), &ids, &settings)?;
     let cancel = CancelFlag::new();
     let stop = special_ids(&s);
     let (o, answer, run_id) = recorded_decode(&mut s, prompt, &settings, out, ids.len(), |b, tok, f| {
@@ -214,14 +272,25 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
         );
     }
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut input = stdin.lock();
+    let mut raw_line = Vec::new();
+    let mut failed: Option<anyhow::Error> = None;
     loop {
         if interactive {
             eprint!("> ");
             std::io::stderr().flush().ok();
         }
-        let Some(line) = lines.next() else { break };
-        let line = line.context("reading standard input")?;
+        raw_line.clear();
+        if input.read_until(b'\n', &mut raw_line).context("reading standard input")? == 0 {
+            break;
+        }
+        let line = match std::str::from_utf8(&raw_line) {
+            Ok(l) => l.to_owned(),
+            Err(_) => {
+                eprintln!("warning: this line is not valid UTF-8; invalid bytes were replaced by U+FFFD");
+                String::from_utf8_lossy(&raw_line).into_owned()
+            }
+        };
         let line = line.trim();
         match line {
             "" => continue,
@@ -235,18 +304,29 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
             _ => {}
         }
         let cancel = CancelFlag::new();
-        let prompt_len = {
+        let ids = {
             let mut msgs = chat.messages.clone();
             msgs.push(ChatMessage::user(line));
-            s.tokenizer.encode(&chat.template.render(&msgs, true))?.len()
+            s.tokenizer.encode(&chat.template.render(&msgs, true))?
         };
-        let (o, reply, run_id) = recorded_decode(&mut s, line, &settings, out, prompt_len, |b, tok, f| {
+        // A turn that does not fit is reported and the conversation goes on without it.
+        if let Err(e) = check_request(s.backend.config(), &ids, &settings) {
+            let e = anyhow::Error::new(e);
+            eprintln!("error: {e:#} (this turn was not run; /reset starts over)");
+            failed = Some(e);
+            continue;
+        }
+        let (o, reply, run_id) = recorded_decode(&mut s, line, &settings, out, ids.len(), |b, tok, f| {
             let r = chat.reply(b, tok, line, &cancel, f)?;
             Ok((r.output, r.text))
         })?;
         report(reply.trim(), &o, out, &s.backend.name(), run_id)?;
     }
-    Ok(())
+    // The exit status still tells a script that some turn was refused.
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `unmask info`.
@@ -259,7 +339,7 @@ pub fn run_info(model: &ModelArg, json_out: bool, data_dir: Option<&Path>) -> Re
             Err(_) => return Err(e),
         },
     };
-    let m = load_model(&path).with_context(|| format!("loading model {}", path.display()))?;
+    let m = load(&path)?;
     let c = m.config();
     let params: usize = m.transformer.weights.matrix_bytes();
     if json_out {
@@ -271,17 +351,34 @@ pub fn run_info(model: &ModelArg, json_out: bool, data_dir: Option<&Path>) -> Re
             }))?
         );
     } else {
+        let id = |v: Option<u32>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
         println!("model      {}", m.path.display());
-        println!("arch       {:?} ({})", c.arch, if c.arch.is_diffusion() { "diffusion" } else { "autoregressive" });
+        println!("arch       {} ({})", c.arch.gguf_name(), if c.arch.is_diffusion() { "diffusion" } else { "autoregressive" });
         println!("shape      hidden {} · {} layers · {} heads ({} kv) · head_dim {} · ffn {}", c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn);
         if let Some(moe) = &c.moe {
             println!("moe        {} experts, top-{}, expert ffn {}", moe.n_experts, moe.top_k, moe.expert_ffn);
         }
         println!("vocab      {} (tokenizer {})", c.vocab, m.tokenizer.vocab_size());
         println!("context    {}", c.max_seq);
-        println!("mask id    {:?}", c.mask_token_id);
+        println!(
+            "special    mask {} · bos {} · eos {} · eot {} · pad {}",
+            id(c.mask_token_id),
+            id(c.bos_token_id),
+            id(c.eos_token_id),
+            id(c.eot_token_id),
+            id(c.pad_token_id)
+        );
         println!("weights    {:.1} MB in memory, {:.1} MB on disk", params as f64 / 1e6, m.file_bytes as f64 / 1e6);
-        println!("defaults   {:?}", m.generation);
+        let g = &m.generation;
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        println!(
+            "defaults   gen_length {} · block_length {} · steps {} · temperature {} · remasking {}",
+            opt(g.gen_length.map(|v| v.to_string())),
+            opt(g.block_length.map(|v| v.to_string())),
+            opt(g.steps.map(|v| v.to_string())),
+            opt(g.temperature.map(|v| v.to_string())),
+            opt(g.remasking.clone())
+        );
     }
     Ok(())
 }

@@ -47,7 +47,12 @@ enum Command {
     #[command(after_help = exit::HELP)]
     Generate {
         /// The user message (rendered with the model's chat template unless --raw).
-        prompt: String,
+        #[arg(required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from a file instead (`-` = standard input); any bytes are accepted,
+        /// invalid UTF-8 is replaced by U+FFFD with a warning.
+        #[arg(long, value_name = "PATH")]
+        prompt_file: Option<PathBuf>,
         /// Feed the prompt to the model as is, without the chat template.
         #[arg(long)]
         raw: bool,
@@ -104,13 +109,21 @@ enum Command {
     },
 }
 
+/// More worker threads than this is a typo, not a machine (and would exhaust the process).
+const MAX_THREADS: usize = 1024;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.threads > MAX_THREADS {
+        eprintln!("error: --threads {} is more than the {MAX_THREADS} supported (0 = one per core)", cli.threads);
+        return ExitCode::from(exit::USAGE);
+    }
     unmask_engine::threads::init(cli.threads);
     let dd = cli.data_dir.as_deref();
     let result = match cli.command {
-        Command::Generate { prompt, raw, model, decode, backend, output } => {
-            generate::run_generate(&prompt, raw, &model, &decode, &backend, &output, dd)
+        Command::Generate { prompt, prompt_file, raw, model, decode, backend, output } => {
+            generate::read_prompt(prompt, prompt_file.as_deref())
+                .and_then(|p| generate::run_generate(&p, raw, &model, &decode, &backend, &output, dd))
         }
         Command::Chat { model, decode, backend, output } => generate::run_chat(&model, &decode, &backend, &output, dd),
         Command::Info { model, json } => generate::run_info(&model, json, dd),

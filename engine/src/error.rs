@@ -22,8 +22,14 @@ pub enum EngineError {
     #[error("{path}: missing tensor `{name}`")]
     MissingTensor { path: PathBuf, name: String },
     /// A tensor has the wrong shape for the configuration.
-    #[error("tensor `{name}`: expected shape {expected:?}, found {found:?}")]
+    #[error("tensor `{name}` has shape {}, the config needs {}", dims(found), dims(expected))]
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    /// A weight holds NaN or infinity.
+    #[error("{path}: tensor `{name}` holds the non-finite value {value} at element {index}")]
+    NonFiniteWeight { path: PathBuf, name: String, index: usize, value: f32 },
+    /// A forward pass produced NaN or infinite logits (weights or activations overflowed).
+    #[error("the model produced a non-finite logit ({value}) in output row {row} of a forward pass; its weights or activations overflow, so no text is produced from it")]
+    NonFiniteLogits { row: usize, value: f32 },
     /// A tensor's data type is not supported where it is used.
     #[error("tensor `{name}`: unsupported dtype {dtype}")]
     UnsupportedDType { name: String, dtype: String },
@@ -40,7 +46,7 @@ pub enum EngineError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// The prompt plus generation exceeds the model context.
-    #[error("sequence of {len} tokens exceeds the model context of {max} tokens")]
+    #[error("the prompt and the tokens to generate make {len} tokens, more than the model's context of {max}")]
     ContextOverflow { len: usize, max: usize },
     /// The run was cancelled by the caller.
     #[error("cancelled")]
@@ -54,6 +60,14 @@ pub enum EngineError {
     /// A QNN (Qualcomm NPU) library, provider or API call failed.
     #[error("QNN: {0}")]
     Qnn(#[from] qnn_sys::QnnError),
+}
+
+/// A shape in words: `[4096, 192]` reads as "4096 x 192".
+fn dims(d: &[usize]) -> String {
+    if d.is_empty() {
+        return "a scalar".into();
+    }
+    d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" x ")
 }
 
 impl EngineError {

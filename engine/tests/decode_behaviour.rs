@@ -542,7 +542,7 @@ fn tiny_tokenizer() -> TextTokenizer {
     let mut tok = Tokenizer::new(model);
     tok.with_pre_tokenizer(Some(Whitespace {}));
     tok.add_special_tokens(&specials.iter().map(|s| AddedToken::from(*s, true)).collect::<Vec<_>>());
-    TextTokenizer::from_tokenizer(tok)
+    TextTokenizer::from_tokenizer(tok, std::path::Path::new("test-tokenizer")).unwrap()
 }
 
 #[test]

@@ -81,19 +81,8 @@ pub fn generate_ar_reusing(
     reuse: &mut ArPrefixCache,
 ) -> Result<DecodeOutput> {
     let cfg = backend.config().clone();
-    if prompt.is_empty() {
-        return Err(EngineError::InvalidRequest("AR decoding needs a non-empty prompt".into()));
-    }
-    if settings.gen_length == 0 {
-        return Err(EngineError::InvalidRequest("gen_length must be positive".into()));
-    }
+    check_ar_request(&cfg, prompt, settings)?;
     let len = prompt.len() + settings.gen_length;
-    if len > cfg.max_seq {
-        return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
-    }
-    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
-        return Err(EngineError::InvalidRequest(format!("prompt token {t} outside vocab of {}", cfg.vocab)));
-    }
     let stop_ids: Vec<u32> = [settings.eos_id(&cfg), settings.eot_id(&cfg)].into_iter().flatten().collect();
     // AR models have no mask token; not-yet-generated canvas slots hold a placeholder.
     let placeholder = cfg.pad_token_id.or(cfg.eos_token_id).unwrap_or(0);
@@ -171,4 +160,19 @@ pub fn generate_ar_reusing(
         stop_reason,
         canvas,
     })
+}
+
+/// The checks of an autoregressive request, before anything is allocated for it.
+pub(crate) fn check_ar_request(cfg: &crate::model::ModelConfig, prompt: &[u32], settings: &DecodeSettings) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(EngineError::InvalidRequest("AR decoding needs a non-empty prompt".into()));
+    }
+    if settings.gen_length == 0 {
+        return Err(EngineError::InvalidRequest("gen_length must be positive".into()));
+    }
+    super::settings::check_fits(cfg, prompt.len(), settings)?;
+    if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
+        return Err(EngineError::InvalidRequest(format!("prompt token {t} outside vocab of {}", cfg.vocab)));
+    }
+    Ok(())
 }

@@ -194,6 +194,12 @@ pub(crate) fn to_rows(logits: &[f32], vocab: usize, n: usize, backend: String) -
             reason: format!("returned {} logits for {n} rows of vocab {vocab}", logits.len()),
         });
     }
+    // Sampling from NaN logits would emit arbitrary tokens as if they were an answer.
+    for (row, r) in logits.chunks_exact(vocab).take(n).enumerate() {
+        if let Some(&value) = r.iter().find(|v| !v.is_finite()) {
+            return Err(EngineError::NonFiniteLogits { row, value });
+        }
+    }
     Ok(logits.chunks_exact(vocab).take(n).map(|r| r.iter().map(|&v| v as f64).collect()).collect())
 }
 

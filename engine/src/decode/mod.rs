@@ -72,6 +72,16 @@ pub fn generate(
     generate_dyn(backend, prompt, settings, cancel, &mut on_frame)
 }
 
+/// Checks a request against the model before anything is allocated for it (the decoders call
+/// it too; front ends call it first so their own buffers are never sized by a bad request).
+pub fn check_request(cfg: &crate::model::ModelConfig, prompt: &[u32], settings: &DecodeSettings) -> Result<()> {
+    if cfg.arch.is_diffusion() {
+        settings.validate_for(cfg, prompt)
+    } else {
+        ar::check_ar_request(cfg, prompt, settings)
+    }
+}
+
 /// [`generate`] with a trait-object callback.
 pub fn generate_dyn(
     backend: &mut dyn Backend,

@@ -121,6 +121,35 @@ impl Default for DecodeSettings {
     }
 }
 
+/// The size checks every request passes before anything is allocated for it: the context, then
+/// the memory its canvas needs against what the host has available.
+pub(crate) fn check_fits(cfg: &ModelConfig, prompt_len: usize, settings: &DecodeSettings) -> Result<()> {
+    if settings.gen_length > cfg.max_seq {
+        return Err(EngineError::InvalidRequest(format!(
+            "gen_length {} exceeds the model's context of {} tokens",
+            settings.gen_length, cfg.max_seq
+        )));
+    }
+    let len = prompt_len.saturating_add(settings.gen_length);
+    if len > cfg.max_seq {
+        return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
+    }
+    let need = settings.working_set_bytes(cfg, prompt_len);
+    if let Some(avail) = crate::memory::host::available_bytes() {
+        if need > avail as u128 {
+            return Err(EngineError::InvalidRequest(format!(
+                "a canvas of {len} tokens needs about {:.1} GB of working memory (K/V cache, activations, logits), more than the {:.1} GB available",
+                need as f64 / 1e9,
+                avail as f64 / 1e9
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Largest token bucket a speculative window may be padded to (bounds the padded forward).
+const MAX_BUCKET: usize = 1 << 16;
+
 impl DecodeSettings {
     /// Number of blocks the generated region splits into.
     pub fn num_blocks(&self) -> usize {
@@ -159,6 +188,13 @@ impl DecodeSettings {
             if self.steps == 0 || !self.steps.is_multiple_of(nb) {
                 return bad(format!("steps {} must be a positive multiple of the {nb} blocks", self.steps));
             }
+            // More steps than tokens would only add forwards that unmask nothing.
+            if self.steps > self.gen_length {
+                return bad(format!(
+                    "steps {} exceed the {} tokens to generate (a step unmasks at least one token)",
+                    self.steps, self.gen_length
+                ));
+            }
         }
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return bad(format!("temperature {} must be finite and >= 0", self.temperature));
@@ -173,6 +209,20 @@ impl DecodeSettings {
         }
         if !(self.eps > 0.0 && self.eps < 1.0) {
             return bad(format!("eps {} must lie in (0, 1)", self.eps));
+        }
+        if let Some(sp) = &self.speculative {
+            if sp.accept_top_k == 0 {
+                return bad("speculative accept_top_k must be at least 1".into());
+            }
+            if sp.max_lookahead > self.gen_length {
+                return bad(format!(
+                    "speculative lookahead {} exceeds the {} tokens to generate",
+                    sp.max_lookahead, self.gen_length
+                ));
+            }
+            if let Some(&b) = sp.token_buckets.iter().find(|&&b| b == 0 || b > MAX_BUCKET) {
+                return bad(format!("speculative token bucket {b} must lie in 1..={MAX_BUCKET}"));
+            }
         }
         if let Some(p) = self.top_p {
             if !(p > 0.0 && p <= 1.0) {
@@ -195,13 +245,25 @@ impl DecodeSettings {
         Ok(())
     }
 
+    /// Bytes a run of these settings may hold at once beyond the weights, on a prompt of
+    /// `prompt_len` tokens, in the worst case (every step forwards the whole canvas): the K/V
+    /// cache, one forward's activations, and the logits rows with their f64 copies.
+    pub fn working_set_bytes(&self, cfg: &ModelConfig, prompt_len: usize) -> u128 {
+        let len = (prompt_len as u128).saturating_add(self.gen_length as u128);
+        let (h, q, kv) = (cfg.hidden as u128, cfg.q_dim() as u128, cfg.kv_dim() as u128);
+        let ffn = cfg.ffn.max(cfg.moe.as_ref().map_or(0, |m| m.expert_ffn)) as u128;
+        let kv_cache = cfg.n_layers as u128 * 2 * len * kv * 4;
+        let activations = len * (4 * h + 2 * q + 4 * kv + 2 * ffn) * 4;
+        // Autoregressive decoding asks one row per step; a canvas up to every generated position.
+        let rows = if cfg.arch.is_diffusion() { self.gen_length as u128 } else { 1 };
+        let logits = rows * cfg.vocab as u128 * (4 + 8 + 8);
+        kv_cache + activations + logits
+    }
+
     /// Full check for a diffusion run of `prompt` on a model with config `cfg`.
     pub fn validate_for(&self, cfg: &ModelConfig, prompt: &[u32]) -> Result<()> {
         self.validate()?;
-        let len = prompt.len() + self.gen_length;
-        if len > cfg.max_seq {
-            return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
-        }
+        check_fits(cfg, prompt.len(), self)?;
         if let Some(&t) = prompt.iter().find(|&&t| t as usize >= cfg.vocab) {
             return Err(EngineError::InvalidRequest(format!("prompt token {t} outside vocab of {}", cfg.vocab)));
         }

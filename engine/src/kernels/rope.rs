@@ -2,11 +2,18 @@
 
 use crate::model::config::RopeStyle;
 
-/// cos/sin tables for positions `0..max_pos`, `rotary_dim / 2` frequencies each.
+/// Positions whose angles are precomputed. Longer contexts compute the rest on the fly, so a
+/// model that claims a huge context costs no memory until a request actually reaches it.
+const PRECOMPUTED_POSITIONS: usize = 8192;
+
+/// cos/sin tables for positions `0..max_pos`, `rotary_dim / 2` frequencies each (the first
+/// [`PRECOMPUTED_POSITIONS`] stored, later ones computed with the same f64 formula on use).
 #[derive(Debug, Clone)]
 pub struct RopeTable {
     pub style: RopeStyle,
     pub rotary_dim: usize,
+    max_pos: usize,
+    inv_freq: Vec<f64>,
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
@@ -15,50 +22,58 @@ impl RopeTable {
     /// Builds the tables (angles computed in f64, as LLaDA's `rope_full_precision`).
     pub fn new(style: RopeStyle, rotary_dim: usize, theta: f32, max_pos: usize) -> Self {
         let half = rotary_dim / 2;
-        let mut cos = Vec::with_capacity(max_pos * half);
-        let mut sin = Vec::with_capacity(max_pos * half);
+        let stored = max_pos.min(PRECOMPUTED_POSITIONS);
         let inv_freq: Vec<f64> =
             (0..half).map(|i| 1.0 / (theta as f64).powf((2 * i) as f64 / rotary_dim as f64)).collect();
-        for p in 0..max_pos {
+        let mut cos = Vec::with_capacity(stored * half);
+        let mut sin = Vec::with_capacity(stored * half);
+        for p in 0..stored {
             for &f in &inv_freq {
                 let a = p as f64 * f;
                 cos.push(a.cos() as f32);
                 sin.push(a.sin() as f32);
             }
         }
-        RopeTable { style, rotary_dim, cos, sin }
+        RopeTable { style, rotary_dim, max_pos, inv_freq, cos, sin }
     }
 
     /// Largest position the table covers (exclusive).
     pub fn max_pos(&self) -> usize {
-        self.cos.len() / (self.rotary_dim / 2).max(1)
+        self.max_pos
     }
 
-    /// The `rotary_dim / 2` cosines and sines of position `pos` (graph inputs of NPU backends).
-    pub fn cos_sin(&self, pos: usize) -> (&[f32], &[f32]) {
+    fn stored(&self, pos: usize) -> Option<(&[f32], &[f32])> {
         let half = self.rotary_dim / 2;
-        (&self.cos[pos * half..(pos + 1) * half], &self.sin[pos * half..(pos + 1) * half])
+        let end = (pos + 1).checked_mul(half)?;
+        if end > self.cos.len() {
+            return None;
+        }
+        Some((&self.cos[pos * half..end], &self.sin[pos * half..end]))
+    }
+
+    /// Writes the `rotary_dim / 2` cosines and sines of position `pos` (graph inputs of NPU backends).
+    pub fn cos_sin_into(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
+        if let Some((c, s)) = self.stored(pos) {
+            cos.copy_from_slice(c);
+            sin.copy_from_slice(s);
+            return;
+        }
+        for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(&self.inv_freq) {
+            let a = pos as f64 * f;
+            *c = a.cos() as f32;
+            *s = a.sin() as f32;
+        }
     }
 
     /// Rotates one head vector (`head.len() == head_dim`) for position `pos`.
     pub fn apply(&self, head: &mut [f32], pos: usize) {
-        let half = self.rotary_dim / 2;
-        let c = &self.cos[pos * half..(pos + 1) * half];
-        let s = &self.sin[pos * half..(pos + 1) * half];
-        match self.style {
-            RopeStyle::RotateHalf => {
-                for i in 0..half {
-                    let (a, b) = (head[i], head[i + half]);
-                    head[i] = a * c[i] - b * s[i];
-                    head[i + half] = b * c[i] + a * s[i];
-                }
-            }
-            RopeStyle::Interleaved => {
-                for i in 0..half {
-                    let (a, b) = (head[2 * i], head[2 * i + 1]);
-                    head[2 * i] = a * c[i] - b * s[i];
-                    head[2 * i + 1] = b * c[i] + a * s[i];
-                }
+        match self.stored(pos) {
+            Some((c, s)) => rotate(self.style, head, c, s),
+            None => {
+                let half = self.rotary_dim / 2;
+                let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+                self.cos_sin_into(pos, &mut c, &mut s);
+                rotate(self.style, head, &c, &s);
             }
         }
     }
@@ -69,6 +84,27 @@ impl RopeTable {
         for (row, &pos) in x.chunks_exact_mut(width).zip(positions) {
             for head in row.chunks_exact_mut(head_dim) {
                 self.apply(head, pos);
+            }
+        }
+    }
+}
+
+/// Rotates the pairs of one head by the angles whose cosines and sines are `c` and `s`.
+fn rotate(style: RopeStyle, head: &mut [f32], c: &[f32], s: &[f32]) {
+    let half = c.len();
+    match style {
+        RopeStyle::RotateHalf => {
+            for i in 0..half {
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * c[i] - b * s[i];
+                head[i + half] = b * c[i] + a * s[i];
+            }
+        }
+        RopeStyle::Interleaved => {
+            for i in 0..half {
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * c[i] - b * s[i];
+                head[2 * i + 1] = b * c[i] + a * s[i];
             }
         }
     }
@@ -106,5 +142,25 @@ mod tests {
         for i in 0..d / 2 {
             assert!((x[i] - p[2 * i]).abs() < 1e-6 && (x[i + d / 2] - p[2 * i + 1]).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn positions_past_the_stored_table_match_the_formula() {
+        // A huge claimed context allocates only the stored prefix; later positions agree with it.
+        let big = RopeTable::new(RopeStyle::RotateHalf, 8, 10000.0, usize::MAX / 2);
+        assert_eq!(big.max_pos(), usize::MAX / 2);
+        let full = RopeTable::new(RopeStyle::RotateHalf, 8, 10000.0, PRECOMPUTED_POSITIONS + 8);
+        let h: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+        let (mut a, mut b) = (h.clone(), h.clone());
+        big.apply(&mut a, PRECOMPUTED_POSITIONS + 3);
+        let (mut c, mut s) = ([0.0f32; 4], [0.0f32; 4]);
+        full.cos_sin_into(PRECOMPUTED_POSITIONS + 3, &mut c, &mut s);
+        rotate(RopeStyle::RotateHalf, &mut b, &c, &s);
+        assert_eq!(a, b);
+        let mut d = h.clone();
+        big.apply(&mut d, 5);
+        let mut e = h;
+        full.apply(&mut e, 5);
+        assert_eq!(d, e);
     }
 }

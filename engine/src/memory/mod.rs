@@ -4,6 +4,7 @@
 //! puts it on the data path of a real forward ([`weight_stream`]).
 
 pub mod graph;
+pub mod host;
 pub mod packing;
 pub mod plan;
 pub mod staging;

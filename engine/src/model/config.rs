@@ -52,14 +52,19 @@ impl Architecture {
             _ => return None,
         })
     }
-    /// Default mask token id of the published checkpoints of this family.
-    pub fn default_mask_id(self) -> Option<u32> {
+    /// Mask token id and vocabulary size of the published checkpoints of this family.
+    pub fn published_mask(self) -> Option<(u32, usize)> {
         match self {
-            Architecture::Llada => Some(126336),
-            Architecture::Dream => Some(151666),
-            Architecture::LladaMoe => Some(156895),
+            Architecture::Llada => Some((126336, 126464)),
+            Architecture::Dream => Some((151666, 152064)),
+            Architecture::LladaMoe => Some((156895, 157184)),
             _ => None,
         }
+    }
+    /// The published mask id, only for a model with the published vocabulary: any other
+    /// vocabulary must name its mask token, or its id would point at an arbitrary token.
+    pub fn published_mask_id(self, vocab: usize) -> Option<u32> {
+        self.published_mask().filter(|&(_, v)| v == vocab).map(|(id, _)| id)
     }
 }
 
@@ -142,7 +147,10 @@ impl ModelConfig {
     pub fn from_hf_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
         let json: Value =
-            serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))?;
+            serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("not valid JSON ({e})")))?;
+        if !json.is_object() {
+            return Err(EngineError::config(path, format!("is {}, expected a JSON object", describe(&json))));
+        }
         Self::from_hf_json(&json, path)
     }
 
@@ -152,12 +160,14 @@ impl ModelConfig {
         let r = HfReader { json, path };
         let cfg = match arch {
             Architecture::Llada => {
-                let hidden = r.usize("d_model")?;
-                let n_heads = r.usize("n_heads")?;
+                let hidden = r.positive("d_model")?;
+                let n_heads = r.positive("n_heads")?;
                 let n_kv_heads = r.opt_usize("n_kv_heads")?.unwrap_or(n_heads);
                 let ffn = match r.opt_usize("mlp_hidden_size")? {
                     Some(v) => v,
-                    None => r.usize("mlp_ratio")? * hidden,
+                    None => r.usize("mlp_ratio")?.checked_mul(hidden).ok_or_else(|| {
+                        EngineError::config(path, format!("`mlp_ratio` times `d_model` {hidden} overflows"))
+                    })?,
                 };
                 let vocab = r.opt_usize("embedding_size")?.unwrap_or(r.usize("vocab_size")?);
                 ModelConfig {
@@ -181,7 +191,7 @@ impl ModelConfig {
                     causal: false,
                     shift_logits: false,
                     tie_embeddings: r.opt_bool("weight_tying")?.unwrap_or(false),
-                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.default_mask_id()),
+                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.published_mask_id(vocab)),
                     bos_token_id: r.opt_u32("bos_token_id")?,
                     eos_token_id: r.opt_u32("eos_token_id")?,
                     eot_token_id: r.opt_u32("eot_token_id")?,
@@ -190,8 +200,8 @@ impl ModelConfig {
             }
             _ => {
                 // Qwen2 / Llama / Qwen3 / Dream / LLaDA-MoE share the HF "hidden_size" vocabulary.
-                let hidden = r.usize("hidden_size")?;
-                let n_heads = r.usize("num_attention_heads")?;
+                let hidden = r.positive("hidden_size")?;
+                let n_heads = r.positive("num_attention_heads")?;
                 let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
                 let head_dim = r.opt_usize("head_dim")?.unwrap_or(hidden / n_heads);
                 let moe = if arch == Architecture::LladaMoe {
@@ -212,6 +222,13 @@ impl ModelConfig {
                     None
                 };
                 let partial = r.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
+                if !(partial > 0.0 && partial <= 1.0) {
+                    return Err(EngineError::config(
+                        path,
+                        format!("`partial_rotary_factor` is {partial}; it must lie in (0, 1]"),
+                    ));
+                }
+                let vocab = r.usize("vocab_size")?;
                 ModelConfig {
                     arch,
                     hidden,
@@ -220,17 +237,20 @@ impl ModelConfig {
                     n_kv_heads,
                     head_dim,
                     ffn: r.opt_usize("intermediate_size")?.unwrap_or(0),
-                    vocab: r.usize("vocab_size")?,
+                    vocab,
                     max_seq: r.opt_usize("max_position_embeddings")?.unwrap_or(4096),
                     rope_theta: match r.opt_f32("rope_theta")? {
                         Some(t) => t,
                         // transformers 5 writes only `rope_parameters.rope_theta`.
-                        None => json
-                            .get("rope_parameters")
-                            .and_then(|p| p.get("rope_theta"))
-                            .and_then(|t| t.as_f64())
-                            .map(|t| t as f32)
-                            .unwrap_or(10000.0),
+                        None => match json.get("rope_parameters").and_then(|p| p.get("rope_theta")) {
+                            None => 10000.0,
+                            Some(t) => t.as_f64().map(|t| t as f32).ok_or_else(|| {
+                                EngineError::config(
+                                    path,
+                                    format!("`rope_parameters.rope_theta` is {}, expected a number", describe(t)),
+                                )
+                            })?,
+                        },
                     },
                     rope_style: RopeStyle::RotateHalf,
                     rotary_dim: ((head_dim as f32) * partial) as usize,
@@ -243,7 +263,7 @@ impl ModelConfig {
                     causal: !arch.is_diffusion(),
                     shift_logits: arch == Architecture::Dream,
                     tie_embeddings: r.opt_bool("tie_word_embeddings")?.unwrap_or(false),
-                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.default_mask_id()),
+                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.published_mask_id(vocab)),
                     bos_token_id: r.opt_u32("bos_token_id")?,
                     eos_token_id: r.opt_u32("eos_token_id")?,
                     eot_token_id: r.opt_u32("eot_token_id")?,
@@ -255,37 +275,118 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// Checks internal consistency (divisibility, non-zero sizes).
+    /// Checks internal consistency (divisibility, non-zero sizes) and that every size is
+    /// plausible for a real model, before anything is allocated from it.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let bad = |reason: String| Err(EngineError::config(path, reason));
-        if self.hidden == 0 || self.n_layers == 0 || self.n_heads == 0 || self.vocab == 0 {
-            return bad("hidden size, layer count, head count and vocab must be non-zero".into());
-        }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
-            return bad(format!("{} heads not divisible by {} kv heads", self.n_heads, self.n_kv_heads));
-        }
-        if self.head_dim == 0 || self.rotary_dim > self.head_dim || self.rotary_dim % 2 != 0 {
-            return bad(format!("bad head_dim {} / rotary_dim {}", self.head_dim, self.rotary_dim));
-        }
-        if self.moe.is_none() && self.ffn == 0 {
-            return bad("intermediate (FFN) size is zero".into());
-        }
-        if let Some(m) = &self.moe {
-            if m.top_k == 0 || m.top_k > m.n_experts || m.expert_ffn == 0 {
-                return bad(format!("bad MoE settings {m:?}"));
+        for (name, value, limit) in [
+            ("hidden size", self.hidden, limits::HIDDEN),
+            ("layer count", self.n_layers, limits::LAYERS),
+            ("attention head count", self.n_heads, limits::HEADS),
+            ("key/value head count", self.n_kv_heads, limits::HEADS),
+            ("head dimension", self.head_dim, limits::HEAD_DIM),
+            ("vocabulary size", self.vocab, limits::VOCAB),
+            ("context length", self.max_seq, limits::CONTEXT),
+        ] {
+            if value == 0 {
+                return bad(format!("{name} is 0; it must be at least 1"));
+            }
+            if value > limit {
+                return bad(format!("{name} {value} is implausible (no supported model exceeds {limit})"));
             }
         }
-        for (name, id) in [("mask", self.mask_token_id), ("bos", self.bos_token_id), ("eos", self.eos_token_id)] {
+        if self.ffn > limits::FFN {
+            return bad(format!("FFN size {} is implausible (no supported model exceeds {})", self.ffn, limits::FFN));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "{} attention heads are not a multiple of the {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rotary_dim > self.head_dim || !self.rotary_dim.is_multiple_of(2) || self.rotary_dim == 0 {
+            return bad(format!(
+                "rotary dimension {} must be even, positive and at most the head dimension {}",
+                self.rotary_dim, self.head_dim
+            ));
+        }
+        if self.q_dim() > limits::HIDDEN * 4 {
+            return bad(format!(
+                "{} heads of dimension {} are implausible for hidden size {}",
+                self.n_heads, self.head_dim, self.hidden
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return bad(format!("RoPE theta {} must be a positive finite number", self.rope_theta));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0 && self.rms_eps < 1.0) {
+            return bad(format!("RMSNorm epsilon {} must lie in [0, 1)", self.rms_eps));
+        }
+        if self.moe.is_none() && self.ffn == 0 {
+            return bad("intermediate (FFN) size is 0".into());
+        }
+        if let Some(m) = &self.moe {
+            if m.n_experts == 0 || m.n_experts > limits::EXPERTS {
+                return bad(format!("expert count {} must lie in 1..={}", m.n_experts, limits::EXPERTS));
+            }
+            if m.top_k == 0 || m.top_k > m.n_experts {
+                return bad(format!("experts per token {} must lie in 1..={} (the expert count)", m.top_k, m.n_experts));
+            }
+            if m.expert_ffn == 0 || m.expert_ffn > limits::FFN {
+                return bad(format!("expert FFN size {} must lie in 1..={}", m.expert_ffn, limits::FFN));
+            }
+        }
+        for (name, id) in [
+            ("mask", self.mask_token_id),
+            ("BOS", self.bos_token_id),
+            ("EOS", self.eos_token_id),
+            ("EOT", self.eot_token_id),
+            ("padding", self.pad_token_id),
+        ] {
             if let Some(id) = id {
                 if id as usize >= self.vocab {
-                    return bad(format!("{name} token id {id} outside vocab of {}", self.vocab));
+                    return bad(format!("{name} token id {id} lies outside the vocabulary of {}", self.vocab));
                 }
             }
         }
         if self.arch.is_diffusion() && self.mask_token_id.is_none() {
-            return bad("diffusion model without a mask token id".into());
+            let published = match self.arch.published_mask() {
+                Some((id, v)) => format!(" (the published default {id} applies only to the {v}-token vocabulary)"),
+                None => String::new(),
+            };
+            return bad(format!("a diffusion model needs a mask token id and none is given{published}"));
         }
         Ok(())
+    }
+}
+
+/// Upper bounds on sizes read from files: generous for every published model, small enough that
+/// a hostile header cannot make the loader allocate unbounded memory before the tensors are read.
+pub mod limits {
+    pub const HIDDEN: usize = 1 << 18;
+    pub const LAYERS: usize = 4096;
+    pub const HEADS: usize = 4096;
+    pub const HEAD_DIM: usize = 4096;
+    pub const FFN: usize = 1 << 20;
+    pub const VOCAB: usize = 1 << 23;
+    pub const CONTEXT: usize = 1 << 24;
+    pub const EXPERTS: usize = 4096;
+}
+
+/// A JSON value in words, for error messages ("the string \"abc\"", "the negative number -3").
+pub(crate) fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) if n.is_i64() && n.as_i64().is_some_and(|x| x < 0) => format!("the negative number {n}"),
+        Value::Number(n) if n.is_f64() => format!("the fractional number {n}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(t) => {
+            let short: String = t.chars().take(40).collect();
+            format!("the string \"{}\"", short.escape_default())
+        }
+        Value::Array(a) => format!("a list of {} items", a.len()),
+        Value::Object(_) => "an object".into(),
     }
 }
 
@@ -334,40 +435,51 @@ impl HfReader<'_> {
     fn get(&self, key: &str) -> Option<&Value> {
         self.json.get(key).filter(|v| !v.is_null())
     }
+    fn wrong(&self, key: &str, v: &Value, expected: &str) -> EngineError {
+        EngineError::config(self.path, format!("`{key}` is {}, expected {expected}", describe(v)))
+    }
     fn usize(&self, key: &str) -> Result<usize> {
         self.opt_usize(key)?.ok_or_else(|| EngineError::config(self.path, format!("missing integer `{key}`")))
+    }
+    /// A size that later values are derived from: present and at least 1.
+    fn positive(&self, key: &str) -> Result<usize> {
+        match self.usize(key)? {
+            0 => Err(EngineError::config(self.path, format!("`{key}` is 0; it must be at least 1"))),
+            v => Ok(v),
+        }
     }
     fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v
                 .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a non-negative integer"))),
+                .and_then(|x| usize::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| self.wrong(key, v, "a non-negative integer")),
         }
     }
     fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
         // Some configs carry a list of EOS ids; take the first.
-        match self.get(key) {
-            Some(Value::Array(a)) => Ok(a.first().and_then(|v| v.as_u64()).map(|x| x as u32)),
-            _ => Ok(self.opt_usize(key)?.map(|x| x as u32)),
-        }
+        let v = match self.get(key) {
+            None => return Ok(None),
+            Some(Value::Array(a)) => match a.first() {
+                None => return Ok(None),
+                Some(first) => first,
+            },
+            Some(v) => v,
+        };
+        v.as_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| self.wrong(key, v, "a token id"))
     }
     fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(|x| Some(x as f32))
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a number"))),
+            Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| self.wrong(key, v, "a number")),
         }
     }
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
         match self.get(key) {
             None => Ok(None),
-            Some(v) => {
-                v.as_bool().map(Some).ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a boolean")))
-            }
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| self.wrong(key, v, "true or false")),
         }
     }
 }

@@ -109,6 +109,19 @@ fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
     let file = gguf::GgufFile::open(path)?;
     let (transformer, file_bytes) = load_gguf_transformer(&file)?;
     let tokenizer = gguf::tokenizer::tokenizer_from_gguf(&file)?;
+    // llama.cpp sizes the embedding by the token list, so the two must agree exactly.
+    if let Some(tokens) = file.metadata().get("tokenizer.ggml.tokens").and_then(|t| t.as_array()) {
+        if tokens.len() != transformer.config.vocab {
+            return Err(EngineError::Tokenizer {
+                path: path.to_owned(),
+                reason: format!(
+                    "`tokenizer.ggml.tokens` lists {} tokens, but the model's vocabulary has {}",
+                    tokens.len(),
+                    transformer.config.vocab
+                ),
+            });
+        }
+    }
     if tokenizer.vocab_size() > transformer.config.vocab {
         return Err(EngineError::Tokenizer {
             path: path.to_owned(),
@@ -151,7 +164,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
     let gen_path = dir.join("generation_config.json");
     let generation = if gen_path.exists() {
         let text = std::fs::read_to_string(&gen_path).map_err(|e| EngineError::io(&gen_path, e))?;
-        serde_json::from_str(&text).map_err(|e| EngineError::config(&gen_path, e.to_string()))?
+        serde_json::from_str(&text).map_err(|e| EngineError::config(&gen_path, format!("not valid ({e})")))?
     } else {
         GenerationDefaults::default()
     };

@@ -9,10 +9,13 @@ use serde_json::Value;
 
 use super::tensor::{corrupt, map_file, Backing, DType, RawTensor, TensorBytes, TensorSource};
 use crate::error::{EngineError, Result};
+use crate::model::config::describe;
 
 const FORMAT: &str = "safetensors";
 /// Refuse absurd headers before allocating for them.
 const MAX_HEADER: u64 = 100 * 1024 * 1024;
+/// No checkpoint tensor has more dimensions than this (MoE experts stacked: 3).
+const MAX_DIMS: usize = 8;
 
 struct Entry {
     file: usize,
@@ -51,27 +54,51 @@ impl SafetensorsSource {
     }
 
     fn open_index(index: &Path) -> Result<Self> {
+        const INDEX: &str = "safetensors index";
         let text = std::fs::read_to_string(index).map_err(|e| EngineError::io(index, e))?;
         let json: Value =
-            serde_json::from_str(&text).map_err(|e| corrupt(index, "safetensors index", e.to_string()))?;
+            serde_json::from_str(&text).map_err(|e| corrupt(index, INDEX, format!("not valid JSON ({e})")))?;
         let map = json
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .ok_or_else(|| corrupt(index, "safetensors index", "no `weight_map` object"))?;
+            .ok_or_else(|| corrupt(index, INDEX, "no `weight_map` object"))?;
         let dir = index.parent().unwrap_or(Path::new("."));
         let mut files: Vec<PathBuf> = Vec::new();
-        for v in map.values() {
-            let name = v.as_str().ok_or_else(|| corrupt(index, "safetensors index", "non-string shard"))?;
-            if name.contains("..") || name.starts_with('/') {
-                return Err(corrupt(index, "safetensors index", format!("unsafe shard name {name}")));
+        let mut claimed: Vec<(&str, PathBuf)> = Vec::with_capacity(map.len());
+        for (tensor, v) in map {
+            let name = v.as_str().ok_or_else(|| {
+                corrupt(index, INDEX, format!("the shard of `{tensor}` is {}, expected a file name", describe(v)))
+            })?;
+            // Shards live beside the index: no absolute paths, no climbing out of the folder.
+            let rel = Path::new(name);
+            let safe = !name.is_empty()
+                && rel.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !safe {
+                return Err(corrupt(index, INDEX, format!("shard `{name}` of `{tensor}` is not a file name inside the model folder")));
             }
             let p = dir.join(name);
             if !files.contains(&p) {
-                files.push(p);
+                files.push(p.clone());
             }
+            claimed.push((tensor.as_str(), p));
         }
         files.sort();
-        Self::open_files(dir, &files)
+        let src = Self::open_files(dir, &files)?;
+        for (tensor, shard) in claimed {
+            let held_by = src.entries.get(tensor).map(|e| &files[e.file]);
+            if held_by != Some(&shard) {
+                let found = match held_by {
+                    Some(f) => format!("it is in {}", f.display()),
+                    None => "no shard holds it".into(),
+                };
+                return Err(corrupt(
+                    index,
+                    INDEX,
+                    format!("`weight_map` puts `{tensor}` in {}, but {found}", shard.display()),
+                ));
+            }
+        }
+        Ok(src)
     }
 
     fn open_files(root: &Path, files: &[PathBuf]) -> Result<Self> {
@@ -107,7 +134,7 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
     }
     let n = u64::from_le_bytes(bytes[..8].try_into().map_err(|_| corrupt(path, FORMAT, "short header"))?);
     if n > MAX_HEADER || n + 8 > bytes.len() as u64 {
-        return Err(corrupt(path, FORMAT, format!("header length {n} exceeds file size {}", bytes.len())));
+        return Err(corrupt(path, FORMAT, format!("header length {n} exceeds the file size of {} bytes", bytes.len())));
     }
     let header_end = 8 + n as usize;
     let json: Value = serde_json::from_slice(&bytes[8..header_end])
@@ -119,7 +146,10 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
         if name == "__metadata__" {
             continue;
         }
-        let dtype_s = info.get("dtype").and_then(|d| d.as_str()).unwrap_or("");
+        let dtype_s = info
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has no `dtype` string")))?;
         let dtype = match dtype_s {
             "F32" => DType::F32,
             "F16" => DType::F16,
@@ -127,23 +157,39 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
             "I64" => DType::I64,
             "I32" => DType::I32,
             "U8" => DType::U8,
-            other => return Err(EngineError::UnsupportedDType { name: name.clone(), dtype: other.to_owned() }),
+            other => {
+                return Err(corrupt(
+                    path,
+                    FORMAT,
+                    format!("`{name}` has dtype `{other}`, which Unmask does not read (F32, F16, BF16, I64, I32, U8)"),
+                ))
+            }
         };
-        let shape: Vec<usize> = info
+        let dims = info
             .get("shape")
             .and_then(|s| s.as_array())
-            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has no shape")))?
-            .iter()
-            .map(|d| d.as_u64().map(|d| d as usize))
-            .collect::<Option<_>>()
-            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has a non-integer dimension")))?;
+            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has no `shape` list")))?;
+        if dims.len() > MAX_DIMS {
+            return Err(corrupt(path, FORMAT, format!("`{name}` has {} dimensions (at most {MAX_DIMS})", dims.len())));
+        }
+        let mut shape = Vec::with_capacity(dims.len());
+        for d in dims {
+            let d = d.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| {
+                corrupt(path, FORMAT, format!("`{name}` has a dimension that is {}, not a size", describe(d)))
+            })?;
+            shape.push(d);
+        }
         let offs = info
             .get("data_offsets")
             .and_then(|s| s.as_array())
             .filter(|a| a.len() == 2)
-            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has no data_offsets")))?;
-        let begin = offs[0].as_u64().unwrap_or(u64::MAX) as usize;
-        let end = offs[1].as_u64().unwrap_or(u64::MAX) as usize;
+            .ok_or_else(|| corrupt(path, FORMAT, format!("`{name}` has no `data_offsets` pair")))?;
+        let offset = |v: &Value| {
+            v.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| {
+                corrupt(path, FORMAT, format!("`{name}` has a data offset that is {}, not a byte offset", describe(v)))
+            })
+        };
+        let (begin, end) = (offset(&offs[0])?, offset(&offs[1])?);
         if begin > end || end > data_len {
             return Err(corrupt(
                 path,
@@ -154,13 +200,31 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
         let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
         let expect = numel.and_then(|n| dtype.bytes_for(n));
         if expect != Some(end - begin) {
+            let needs = match expect {
+                Some(n) => format!("needs {n} bytes"),
+                None => "has a size that overflows".into(),
+            };
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
             return Err(corrupt(
                 path,
                 FORMAT,
-                format!("`{name}`: shape {shape:?} as {dtype} needs {expect:?} bytes, header gives {}", end - begin),
+                format!("`{name}` of shape {} as {dtype} {needs}, the header gives {}", dims.join(" x "), end - begin),
             ));
         }
         out.push((name.clone(), dtype, shape, begin, end));
+    }
+    // Two tensors sharing bytes means a damaged or forged header: one of them reads the other's data.
+    let mut ranges: Vec<(usize, usize, &str)> =
+        out.iter().filter(|t| t.4 > t.3).map(|t| (t.3, t.4, t.0.as_str())).collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(corrupt(
+                path,
+                FORMAT,
+                format!("tensors `{}` and `{}` overlap (bytes {}..{} and {}..{})", w[0].2, w[1].2, w[0].0, w[0].1, w[1].0, w[1].1),
+            ));
+        }
     }
     Ok((header_end, out))
 }

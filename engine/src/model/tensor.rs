@@ -184,6 +184,59 @@ impl RawTensor {
 }
 
 /// A checkpoint's tensors by name (safetensors directory or GGUF file).
+/// Where a tensor's values stop being finite: the first element (for block formats, the first
+/// element of the block whose scale is not finite) and the offending value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NonFiniteAt {
+    pub index: usize,
+    pub value: f32,
+}
+
+impl RawTensor {
+    /// The first non-finite value of the tensor, if any: every float element, or every block
+    /// scale of a quantised format (the quants themselves are integers). Large tensors are
+    /// scanned in parallel; this reads each byte once, about what one forward pass reads.
+    pub fn first_non_finite(&self) -> Option<NonFiniteAt> {
+        use rayon::prelude::*;
+        let b = self.data.as_slice();
+        let f16_at = |c: &[u8], o: usize| half::f16::from_le_bytes([c[o], c[o + 1]]).to_f32();
+        // (bytes per unit, elements per unit, decoder of the unit's non-finite value)
+        let (unit, elems, probe): (usize, usize, &(dyn Fn(&[u8]) -> Option<f32> + Sync)) = match self.dtype {
+            DType::F32 => (4, 1, &|c: &[u8]| {
+                let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                (!v.is_finite()).then_some(v)
+            }),
+            DType::F16 => (2, 1, &|c: &[u8]| {
+                let v = f16_at(c, 0);
+                (!v.is_finite()).then_some(v)
+            }),
+            DType::BF16 => (2, 1, &|c: &[u8]| {
+                let v = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                (!v.is_finite()).then_some(v)
+            }),
+            // Block scales: Q8_0/Q4_0 `d`; Q4_1 `d, m`; Q4_K `d, dmin`; Q6_K `d` at the end.
+            DType::Q8_0 | DType::Q4_0 => (self.dtype.block_bytes(), self.dtype.block_elems(), &|c: &[u8]| {
+                let v = f16_at(c, 0);
+                (!v.is_finite()).then_some(v)
+            }),
+            DType::Q4_1 | DType::Q4_K => (self.dtype.block_bytes(), self.dtype.block_elems(), &|c: &[u8]| {
+                [f16_at(c, 0), f16_at(c, 2)].into_iter().find(|v| !v.is_finite())
+            }),
+            DType::Q6_K => (self.dtype.block_bytes(), self.dtype.block_elems(), &|c: &[u8]| {
+                let v = f16_at(c, c.len() - 2);
+                (!v.is_finite()).then_some(v)
+            }),
+            DType::I64 | DType::I32 | DType::U8 => return None,
+        };
+        const CHUNK_UNITS: usize = 1 << 14;
+        b.par_chunks(unit * CHUNK_UNITS).enumerate().find_map_first(|(ci, chunk)| {
+            chunk.chunks_exact(unit).enumerate().find_map(|(ui, c)| {
+                probe(c).map(|value| NonFiniteAt { index: (ci * CHUNK_UNITS + ui) * elems, value })
+            })
+        })
+    }
+}
+
 pub trait TensorSource: Send + Sync {
     /// File or directory the tensors come from (for error messages).
     fn path(&self) -> &Path;
@@ -202,6 +255,21 @@ pub trait TensorSource: Send + Sync {
             return Err(EngineError::MissingTensor { path: self.path().to_owned(), name: name.to_owned() });
         }
         self.get(name)
+    }
+
+    /// [`TensorSource::require`], refusing a tensor that holds NaN or infinity: such weights
+    /// would turn every logit into NaN and the decoder into a random-token generator.
+    fn require_finite(&self, name: &str) -> Result<RawTensor> {
+        let t = self.require(name)?;
+        if let Some(at) = t.first_non_finite() {
+            return Err(EngineError::NonFiniteWeight {
+                path: self.path().to_owned(),
+                name: name.to_owned(),
+                index: at.index,
+                value: at.value,
+            });
+        }
+        Ok(t)
     }
 }
 

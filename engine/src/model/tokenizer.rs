@@ -1,12 +1,14 @@
 //! Text <-> token ids through HF `tokenizers` (from `tokenizer.json` or built from GGUF metadata).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
 
 /// A tokenizer plus the special-token facts decoding needs.
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
+    /// The file it was built from, named in every error it reports.
+    source: PathBuf,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -21,14 +23,35 @@ impl TextTokenizer {
         if !path.exists() {
             return Err(EngineError::Tokenizer { path: path.to_owned(), reason: "file not found".into() });
         }
-        let inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| EngineError::Tokenizer { path: path.to_owned(), reason: e.to_string() })?;
-        Ok(TextTokenizer { inner })
+        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        let inner = text.parse::<tokenizers::Tokenizer>().map_err(|e| EngineError::Tokenizer {
+            path: path.to_owned(),
+            reason: one_line(&format!("not a valid tokenizer.json ({e})")),
+        })?;
+        Self::checked(inner, path)
     }
 
-    /// Wraps an already built tokenizer.
-    pub fn from_tokenizer(inner: tokenizers::Tokenizer) -> Self {
-        TextTokenizer { inner }
+    /// Wraps an already built tokenizer (`source` names it in errors).
+    pub fn from_tokenizer(inner: tokenizers::Tokenizer, source: &Path) -> Result<Self> {
+        Self::checked(inner, source)
+    }
+
+    /// A tokenizer that fails on ordinary text (broken merges, a regex that does not compile at
+    /// use, a normaliser that errors) is refused at load, naming its file, not at the first prompt.
+    fn checked(inner: tokenizers::Tokenizer, source: &Path) -> Result<Self> {
+        let t = TextTokenizer { inner, source: source.to_owned() };
+        if t.vocab_size() == 0 {
+            return Err(EngineError::Tokenizer { path: t.source.clone(), reason: "the vocabulary is empty".into() });
+        }
+        let probe = "Hello, world! 12+7=19. Reverse: fig pear";
+        let ids = t.encode(probe)?;
+        if ids.is_empty() {
+            return Err(EngineError::Tokenizer {
+                path: t.source.clone(),
+                reason: "encodes ordinary text to no tokens".into(),
+            });
+        }
+        Ok(t)
     }
 
     /// The underlying HF tokenizer.
@@ -41,7 +64,7 @@ impl TextTokenizer {
         let enc = self
             .inner
             .encode(text, false)
-            .map_err(|e| EngineError::Tokenizer { path: "<tokenizer>".into(), reason: e.to_string() })?;
+            .map_err(|e| EngineError::Tokenizer { path: self.source.clone(), reason: one_line(&e.to_string()) })?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -64,4 +87,9 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+/// Error texts from dependencies may span lines; ours are one line each.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -52,6 +52,7 @@ pub struct ForwardOutput {
 }
 
 impl ForwardOutput {
+
     /// Logits of the i-th requested row.
     pub fn row(&self, i: usize) -> &[f32] {
         &self.logits[i * self.vocab..(i + 1) * self.vocab]

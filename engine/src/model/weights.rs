@@ -124,9 +124,9 @@ impl ModelWeights {
     /// Loads every weight named by `names`, checking shapes against `cfg`.
     pub fn load(src: &dyn TensorSource, names: &dyn NameScheme, cfg: &ModelConfig) -> Result<Self> {
         let (h, v) = (cfg.hidden, cfg.vocab);
-        let lin = |name: String, n: usize, k: usize| -> Result<Linear> { Linear::from_raw(src.require(&name)?, n, k) };
+        let lin = |name: String, n: usize, k: usize| -> Result<Linear> { Linear::from_raw(src.require_finite(&name)?, n, k) };
         let vec = |name: String, n: usize| -> Result<Vec<f32>> {
-            let t = src.require(&name)?;
+            let t = src.require_finite(&name)?;
             t.expect_shape(&[n])?;
             t.to_f32_vec()
         };
@@ -148,6 +148,28 @@ impl ModelWeights {
         } else {
             return Err(EngineError::MissingTensor { path: src.path().to_owned(), name: lm_name });
         };
+        // The config's layer count must match the checkpoint before anything is sized by it.
+        let last = names.layer(cfg.n_layers.saturating_sub(1), Part::Q);
+        if !src.contains(&last) {
+            return Err(EngineError::Config {
+                path: src.path().to_owned(),
+                reason: format!(
+                    "the config gives {} layers but the checkpoint has no tensor `{last}` (it holds {} tensors)",
+                    cfg.n_layers,
+                    src.names().len()
+                ),
+            });
+        }
+        let extra = names.layer(cfg.n_layers, Part::Q);
+        if src.contains(&extra) {
+            return Err(EngineError::Config {
+                path: src.path().to_owned(),
+                reason: format!(
+                    "the config gives {} layers but the checkpoint holds more (it has `{extra}`)",
+                    cfg.n_layers
+                ),
+            });
+        }
         let (q, kv) = (cfg.q_dim(), cfg.kv_dim());
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for l in 0..cfg.n_layers {
@@ -311,16 +333,16 @@ fn load_experts(
         ExpertLayout::PerExpert => (0..n_experts)
             .map(|e| {
                 Ok(Expert {
-                    gate: Linear::from_raw(src.require(&names.expert(l, e, Part::Gate))?, ffn, h)?,
-                    up: Linear::from_raw(src.require(&names.expert(l, e, Part::Up))?, ffn, h)?,
-                    down: Linear::from_raw(src.require(&names.expert(l, e, Part::Down))?, h, ffn)?,
+                    gate: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Gate))?, ffn, h)?,
+                    up: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Up))?, ffn, h)?,
+                    down: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Down))?, h, ffn)?,
                 })
             })
             .collect(),
         ExpertLayout::Stacked => {
             // One [n_experts, rows, cols] tensor per projection; slice expert e's bytes out of it.
             let split = |p: Part, rows: usize, cols: usize| -> Result<Vec<Linear>> {
-                let t = src.require(&names.expert(l, 0, p))?;
+                let t = src.require_finite(&names.expert(l, 0, p))?;
                 t.expect_shape(&[n_experts, rows, cols])?;
                 let per = bytes_for(t.dtype, rows * cols, &t.name)?;
                 (0..n_experts)

@@ -29,7 +29,8 @@ pub fn cos_sin_rows(table: &RopeTable, positions: &[usize], head_dim: usize) -> 
     let mut cos = vec![1.0f32; positions.len() * head_dim];
     let mut sin = vec![0.0f32; positions.len() * head_dim];
     for (r, &p) in positions.iter().enumerate() {
-        let (c, s) = table.cos_sin(p);
+        let (mut c, mut s) = (vec![0.0f32; half], vec![0.0f32; half]);
+        table.cos_sin_into(p, &mut c, &mut s);
         let (cr, sr) = (&mut cos[r * head_dim..(r + 1) * head_dim], &mut sin[r * head_dim..(r + 1) * head_dim]);
         for i in 0..half {
             let (a, b) = match table.style {

@@ -279,7 +279,7 @@ fn arch_is_diffusion(a: Architecture) -> bool {
 }
 
 fn arch_mask(a: Architecture) -> Option<u32> {
-    a.default_mask_id()
+    a.published_mask().map(|(id, _)| id)
 }
 
 /// Totals of one replay.

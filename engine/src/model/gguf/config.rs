@@ -24,7 +24,7 @@ impl Keys<'_> {
             None => Ok(None),
             Some(v) => {
                 v.as_u64().and_then(|x| usize::try_from(x).ok()).map(Some).ok_or_else(|| {
-                    EngineError::config(self.path, format!("`{key}` is not a non-negative integer: {v:?}"))
+                    EngineError::config(self.path, format!("`{key}` is {}, expected a non-negative integer", v.describe()))
                 })
             }
         }
@@ -35,12 +35,19 @@ impl Keys<'_> {
     fn usize(&self, key: &str) -> Result<usize> {
         self.opt_usize(key)?.ok_or_else(|| EngineError::config(self.path, format!("missing key `{}`", self.full(key))))
     }
+    /// A size that later values are derived from: present and at least 1.
+    fn positive(&self, key: &str) -> Result<usize> {
+        match self.usize(key)? {
+            0 => Err(EngineError::config(self.path, format!("`{}` is 0; it must be at least 1", self.full(key)))),
+            v => Ok(v),
+        }
+    }
     fn opt_u32_abs(&self, key: &str) -> Result<Option<u32>> {
         match self.opt_usize_abs(key)? {
             None => Ok(None),
             Some(v) => u32::try_from(v)
                 .map(Some)
-                .map_err(|_| EngineError::config(self.path, format!("`{key}` = {v} does not fit a token id"))),
+                .map_err(|_| EngineError::config(self.path, format!("`{key}` is {v}, too large for a token id"))),
         }
     }
     fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
@@ -50,7 +57,7 @@ impl Keys<'_> {
             Some(v) => v
                 .as_f64()
                 .map(|x| Some(x as f32))
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a number: {v:?}"))),
+                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is {}, expected a number", v.describe()))),
         }
     }
     fn opt_bool_abs(&self, key: &str) -> Result<Option<bool>> {
@@ -60,7 +67,7 @@ impl Keys<'_> {
                 .as_bool()
                 .or_else(|| v.as_u64().filter(|&x| x <= 1).map(|x| x == 1))
                 .map(Some)
-                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is not a boolean: {v:?}"))),
+                .ok_or_else(|| EngineError::config(self.path, format!("`{key}` is {}, expected true or false", v.describe()))),
         }
     }
 }
@@ -78,13 +85,12 @@ impl ModelConfig {
         let arch = Architecture::from_gguf_name(arch_s)
             .ok_or_else(|| EngineError::UnknownArchitecture { path: path.to_owned(), arch: arch_s.to_owned() })?;
         let k = Keys { meta, arch: arch_s, path };
-        let hidden = k.usize("embedding_length")?;
-        let n_heads = k.usize("attention.head_count")?;
+        let hidden = k.positive("embedding_length")?;
+        let n_heads = k.positive("attention.head_count")?;
         let n_kv_heads = k.opt_usize("attention.head_count_kv")?.unwrap_or(n_heads);
         let head_dim = match k.opt_usize("attention.key_length")? {
             Some(d) => d,
-            None if n_heads > 0 => hidden / n_heads,
-            None => 0,
+            None => hidden / n_heads,
         };
         let vocab = match k.opt_usize("vocab_size")? {
             Some(v) => v,
@@ -142,11 +148,9 @@ impl ModelConfig {
             causal,
             shift_logits,
             tie_embeddings: !file.contains("output.weight"),
-            mask_token_id: k.opt_u32_abs("tokenizer.ggml.mask_token_id")?.or(if diffusion {
-                arch.default_mask_id()
-            } else {
-                None
-            }),
+            mask_token_id: k
+                .opt_u32_abs("tokenizer.ggml.mask_token_id")?
+                .or(if diffusion { arch.published_mask_id(vocab) } else { None }),
             bos_token_id: k.opt_u32_abs("tokenizer.ggml.bos_token_id")?,
             eos_token_id: k.opt_u32_abs("tokenizer.ggml.eos_token_id")?,
             eot_token_id: k.opt_u32_abs("tokenizer.ggml.eot_token_id")?,

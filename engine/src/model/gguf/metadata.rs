@@ -158,6 +158,24 @@ impl GgufValue {
             _ => None,
         }
     }
+    /// The value in words, for error messages ("the negative integer -3", "a string").
+    pub fn describe(&self) -> String {
+        match self {
+            GgufValue::Bool(b) => format!("the boolean {b}"),
+            GgufValue::F32(v) => format!("the float {v}"),
+            GgufValue::F64(v) => format!("the float {v}"),
+            GgufValue::String(t) => {
+                let short: String = t.chars().take(40).collect();
+                format!("the string \"{}\"", short.escape_default())
+            }
+            GgufValue::Array(_, items) => format!("a list of {} items", items.len()),
+            v => match (v.as_u64(), v.as_i64()) {
+                (Some(u), _) => format!("the integer {u}"),
+                (None, Some(i)) => format!("the negative integer {i}"),
+                (None, None) => "an integer".into(),
+            },
+        }
+    }
     /// The items of an array value.
     pub fn as_array(&self) -> Option<&[GgufValue]> {
         match self {

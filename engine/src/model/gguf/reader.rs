@@ -17,6 +17,10 @@ pub const DEFAULT_ALIGNMENT: usize = 32;
 const MAX_NESTING: usize = 4;
 /// ggml tensors have at most four dimensions.
 const MAX_DIMS: usize = 4;
+/// Array items in all metadata together. A parsed item takes ~32 bytes however small its
+/// encoding (a u8), so this bounds the metadata's memory (~512 MiB) whatever the file claims;
+/// the largest real tables (vocabulary, merges, scores, types) hold a few million.
+const MAX_ARRAY_ITEMS: usize = 1 << 24;
 
 /// Storage layout of a ggml tensor type: name, elements per block, bytes per block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +91,8 @@ struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
     path: &'a Path,
+    /// Array items still allowed (see [`MAX_ARRAY_ITEMS`]).
+    items_left: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -171,6 +177,14 @@ impl<'a> Cursor<'a> {
                 }
                 let et = self.value_type("array element type")?;
                 let n = self.len("array length", et.min_encoded_size())?;
+                if n > self.items_left {
+                    return Err(corrupt(
+                        self.path,
+                        FORMAT,
+                        format!("metadata arrays hold more than {MAX_ARRAY_ITEMS} items in all"),
+                    ));
+                }
+                self.items_left -= n;
                 let mut items = Vec::with_capacity(n);
                 for _ in 0..n {
                     items.push(self.value(et, depth + 1)?);
@@ -189,7 +203,7 @@ impl<'a> Cursor<'a> {
 
 /// Parses the header, metadata and tensor infos of a GGUF file held in `bytes`.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Header> {
-    let mut c = Cursor { bytes, pos: 0, path };
+    let mut c = Cursor { bytes, pos: 0, path, items_left: MAX_ARRAY_ITEMS };
     let magic = c.u32("magic")?;
     if magic != GGUF_MAGIC {
         return Err(corrupt(path, FORMAT, format!("bad magic 0x{magic:08x} (expected \"GGUF\")")));
@@ -216,7 +230,13 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Header> {
         None => DEFAULT_ALIGNMENT,
         Some(v) => match v.as_u64() {
             Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a as usize,
-            _ => return Err(corrupt(path, FORMAT, format!("bad general.alignment {v:?}"))),
+            _ => {
+                return Err(corrupt(
+                    path,
+                    FORMAT,
+                    format!("`general.alignment` is {}, expected a power of two up to 1 MiB", v.describe()),
+                ))
+            }
         },
     };
     let mut tensors = Vec::with_capacity(n_tensors);
@@ -243,6 +263,19 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Header> {
             ));
         }
     }
+    // Tensors sharing bytes means a damaged or forged table: one would read the other's data.
+    let mut ranges: Vec<(u64, u64, &str)> =
+        tensors.iter().filter(|t| t.n_bytes > 0).map(|t| (t.offset, t.offset + t.n_bytes, t.name.as_str())).collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        if w[1].0 < w[0].1 {
+            return Err(corrupt(
+                path,
+                FORMAT,
+                format!("tensors `{}` and `{}` overlap in the data section", w[0].2, w[1].2),
+            ));
+        }
+    }
     Ok(Header { version, metadata, tensors, alignment, data_start })
 }
 
@@ -266,7 +299,10 @@ fn read_tensor_info(c: &mut Cursor<'_>, alignment: usize) -> Result<TensorInfo> 
         dtype: format!("unknown ggml type id {type_id}"),
     })?;
     let numel = ne.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-    let numel = numel.ok_or_else(|| corrupt(path, FORMAT, format!("tensor `{name}` shape {ne:?} overflows")))?;
+    let numel = numel.ok_or_else(|| {
+        let dims: Vec<String> = ne.iter().map(|d| d.to_string()).collect();
+        corrupt(path, FORMAT, format!("tensor `{name}` of shape {} has too many elements", dims.join(" x ")))
+    })?;
     if ne[0] % ggml_type.block_elems as u64 != 0 {
         return Err(corrupt(
             path,

@@ -125,7 +125,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
     let (special, normal): (Vec<_>, Vec<_>) = added.into_iter().partition(|t| t.special);
     tk.add_special_tokens(&special);
     tk.add_tokens(&normal);
-    Ok(TextTokenizer::from_tokenizer(tk))
+    TextTokenizer::from_tokenizer(tk, path)
 }
 
 /// llama.cpp token type of the `<unk>` piece (special in HF's SentencePiece conversion).
@@ -214,7 +214,7 @@ fn spm_tokenizer(file: &GgufFile) -> Result<TextTokenizer> {
     }
     tk.add_special_tokens(&special);
     tk.add_tokens(&normal);
-    Ok(TextTokenizer::from_tokenizer(tk))
+    TextTokenizer::from_tokenizer(tk, path)
 }
 
 /// Chooses our chat template from `tokenizer.chat_template` (falling back to the family default).
