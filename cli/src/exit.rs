@@ -74,6 +74,23 @@ fn store_code(e: &StoreError) -> u8 {
     }
 }
 
+/// An error and its causes on one line, each cause shown once: many errors already include
+/// their source's text, which a plain `{:#}` would repeat ("...(os error 2): ...(os error 2)").
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The exit code of an error: the first typed cause in the chain decides.
 pub fn code_of(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
@@ -111,5 +128,14 @@ mod tests {
         assert_eq!(code_of(&e), CANCELLED);
         assert_eq!(code_of(&fail(UNAVAILABLE, "no such run")), UNAVAILABLE);
         assert_eq!(code_of(&anyhow::anyhow!("plain")), OTHER);
+    }
+
+    #[test]
+    fn one_line_shows_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "gone");
+        let e = anyhow::Error::new(EngineError::io("/m/config.json", io)).context("loading model");
+        assert_eq!(one_line(&e), "loading model: /m/config.json: gone");
+        let e = anyhow::anyhow!("two\nlines").context("ctx");
+        assert_eq!(one_line(&e), "ctx: two lines");
     }
 }

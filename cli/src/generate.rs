@@ -312,7 +312,7 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
         // A turn that does not fit is reported and the conversation goes on without it.
         if let Err(e) = check_request(s.backend.config(), &ids, &settings) {
             let e = anyhow::Error::new(e);
-            eprintln!("error: {e:#} (this turn was not run; /reset starts over)");
+            eprintln!("error: {} (this turn was not run; /reset starts over)", crate::exit::one_line(&e));
             failed = Some(e);
             continue;
         }

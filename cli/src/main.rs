@@ -135,7 +135,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", exit::one_line(&e));
             ExitCode::from(exit::code_of(&e))
         }
     }

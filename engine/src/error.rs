@@ -33,6 +33,9 @@ pub enum EngineError {
     /// A tensor's data type is not supported where it is used.
     #[error("tensor `{name}`: unsupported dtype {dtype}")]
     UnsupportedDType { name: String, dtype: String },
+    /// A path that holds no model at all.
+    #[error("{path}: not a model: {reason}")]
+    NotAModel { path: PathBuf, reason: String },
     /// A config.json or GGUF metadata problem.
     #[error("{path}: bad model config: {reason}")]
     Config { path: PathBuf, reason: String },

@@ -119,7 +119,8 @@ impl AppState {
         sink: GenerateSink,
         conversation: Option<i64>,
     ) -> AppResult<RunRecord> {
-        settings.validate_for(&loaded.transformer.config, &ids)?;
+        // Before the run is recorded or anything is sized by the request (AR models included).
+        engine_decode::check_request(&loaded.transformer.config, &ids, &settings)?;
         let new = NewRun::new(model, &backend.to_stored(), prompt, settings.clone());
         let mut rec = self.store.start_run(new).await?;
         let run_id = rec.id();

@@ -75,6 +75,12 @@ pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Tran
         return load_gguf_transformer_with(&file, kernels);
     }
     let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
+    if !dir.join("config.json").is_file() {
+        return Err(EngineError::NotAModel {
+            path: path.to_owned(),
+            reason: "no config.json beside it (expected an HF model folder or a .gguf file)".into(),
+        });
+    }
     let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
     let src = safetensors::SafetensorsSource::open(&dir)?;
     let names = arch::hf_scheme(&config);
