@@ -13,10 +13,15 @@ export CARGO_INCREMENTAL=0
 tauri_pkgs=(libwebkit2gtk-4.1-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev libssl-dev xvfb xauth imagemagick)
 missing=()
 for p in "${tauri_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+# python3 runs the docs check below (standard library only).
+command -v python3 >/dev/null || missing+=(python3)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 fi
+
+# docs/benchmarks.md is generated from bench/results/*.json: fail early when it is stale.
+python3 scripts/gen-benchmarks.py --check
 
 # The app UI (ui/): svelte-check, Vitest, vite build, e2e in headless Chromium (about 2 min).
 bash scripts/test-ui.sh

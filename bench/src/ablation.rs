@@ -1,4 +1,4 @@
-//! Suite `ablation` (issue 6): NPU-aware decoding on the embedded model's held-out tasks —
+//! Suite `ablation`: NPU-aware decoding on the embedded model's held-out tasks —
 //! reference, + prefix cache, + sliding bucket window, + speculative (MBSD), + revision,
 //! + both — accuracy, forwards, tokens per forward, CPU wall time and a simulated NPU latency;
 //! plus the confidence calibration that justifies the revision thresholds.

@@ -1,4 +1,4 @@
-//! Suite `decoding` (issue 5): reference decoding vs + prefix cache, + dual cache, + confidence
+//! Suite `decoding`: reference decoding vs + prefix cache, + dual cache, + confidence
 //! threshold — wall time, forwards per token, tokens per forward and task accuracy — on the
 //! embedded model, and timing on a LLaDA-8B-shaped model with 2 layers (random weights).
 

@@ -1,4 +1,4 @@
-//! Suite `forward` (issue 2): one denoising step — a block of 64 tokens over a 512-token cached
+//! Suite `forward`: one denoising step — a block of 64 tokens over a 512-token cached
 //! prefix — on a model with LLaDA-8B layer shapes and 2 layers (random weights), in f32 (mmap'd)
 //! and Q8_0 (requantised at load), as GFLOP/s and as a fraction of this machine's measured peak.
 //! Also peak RSS after loading and after one step against the weight bytes.

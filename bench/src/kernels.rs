@@ -1,4 +1,4 @@
-//! Suite `kernels` (issue 3): GEMM throughput of every weight format's kernel on LLaDA-8B projection
+//! Suite `kernels`: GEMM throughput of every weight format's kernel on LLaDA-8B projection
 //! shapes (k_in × n_out) for token blocks of m rows, as GOP/s and as a fraction of the peak measured
 //! in the same run (VNNI `vpdpbusd` for int8 kernels, AVX-512 FMA for f32), plus bytes per weight.
 

@@ -1,5 +1,5 @@
 //! Benchmark harness. Each suite prints progress to stderr and writes `bench/results/SUITE.json`
-//! with a top-level `headline` object holding the figures its issue names.
+//! with a top-level `headline` object holding its key figures.
 
 mod ablation;
 mod decoding;
@@ -7,6 +7,7 @@ mod forward;
 mod npu;
 mod prose;
 mod quality;
+mod robustness;
 mod kernels;
 mod store;
 mod synth;
@@ -18,13 +19,14 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 const SUITES: &[(&str, &str)] = &[
-    ("forward", "forward throughput and memory on LLaDA-8B layer shapes (issue 2)"),
-    ("quality", "embedded models' exact-match accuracy on the held-out tasks (issue 4)"),
-    ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy (issue 5)"),
-    ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750 (issue 7)"),
-    ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both (issue 6)"),
-    ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes (issue 3)"),
-    ("store", "step-trace persistence: batched vs unbatched writes, recording overhead (issue 9)"),
+    ("forward", "forward throughput and memory on LLaDA-8B layer shapes"),
+    ("quality", "embedded models' exact-match accuracy on the held-out tasks"),
+    ("decoding", "reference vs prefix/dual cache vs threshold: time, forwards, accuracy"),
+    ("npu", "virtual NPU: cost-model calibration and simulated LLaDA-8B on SM8750"),
+    ("ablation", "NPU-aware decoding: prefix cache vs speculative vs revision vs both"),
+    ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes"),
+    ("store", "step-trace persistence: batched vs unbatched writes, recording overhead"),
+    ("robustness", "hostile inputs: fuzzer, bad-input corpus vs the unmask binary, RSS soaks"),
 ];
 
 fn main() -> Result<()> {
@@ -52,6 +54,7 @@ fn main() -> Result<()> {
             "ablation" => ablation::run(quick)?,
             "kernels" => kernels::run(quick)?,
             "store" => store::run(quick)?,
+            "robustness" => robustness::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

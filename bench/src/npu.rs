@@ -1,4 +1,4 @@
-//! Suite `npu` (issue 7): calibration of the cost model against this machine, and the simulated
+//! Suite `npu`: calibration of the cost model against this machine, and the simulated
 //! LLaDA-8B comparison on the SM8750 profile (CPU baseline with prefix-KV reuse vs naive NPU
 //! offload vs NPU with our decoding and memory runtime vs Llama-3-8B-shaped AR). All phone figures
 //! are **simulated**.

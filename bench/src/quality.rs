@@ -1,4 +1,4 @@
-//! Suite `quality` (issue 4): the four embedded models on the held-out test split, run by our
+//! Suite `quality`: the four embedded models on the held-out test split, run by our
 //! Rust engine: exact match per task with reference decoding (LLaDA's low-confidence schedule for
 //! the dLLMs, greedy for the AR models), masked-token accuracy (dLLMs) or perplexity (AR) on
 //! held-out prose.

@@ -1,4 +1,4 @@
-//! Suite `store` (issue 9): cost of persisting step traces. Per-step write cost with one
+//! Suite `store`: cost of persisting step traces. Per-step write cost with one
 //! transaction per step vs one per batch of 32, the cost `RunRecorder::record` adds on the
 //! decoding thread, and the overhead of recording on real decodes of the embedded model
 //! (plain and recorded decodes alternate, same prompts, several repetitions).
@@ -46,7 +46,7 @@ fn new_run(name: &str) -> NewRun {
     NewRun {
         model_id: None,
         model_name: name.into(),
-        backend: "cpu".into(),
+        backend: unmask_engine::run::BackendSpec::Cpu,
         prompt: "bench".into(),
         settings: DecodeSettings::default(),
     }

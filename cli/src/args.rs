@@ -1,10 +1,10 @@
 //! Command-line flags shared by `generate` and `chat`: model, decoding settings, backend.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
-use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
-use unmask_engine::model::GenerationDefaults;
+use unmask_engine::decode::{CacheMode, DreamAlg, Remasking};
+use unmask_engine::run::{BackendSpec, SettingsOverrides};
 
 /// Which model to run.
 #[derive(Args, Debug, Clone)]
@@ -18,29 +18,52 @@ pub struct ModelArg {
 /// Where the forward passes run.
 #[derive(Args, Debug, Clone)]
 pub struct BackendArgs {
-    /// Execution backend.
-    #[arg(long, value_enum, default_value_t = BackendKind::Cpu)]
-    pub backend: BackendKind,
-    /// Device profile for the virtual NPU (e.g. sm8650, sm8750, sm8850).
-    #[arg(long, default_value = "sm8750")]
-    pub device: String,
+    /// Execution backend: `cpu`, `vnpu[:DEVICE]` (the virtual NPU: real math here, simulated
+    /// NPU time and energy) or `qnn[:LIBRARY]` (Qualcomm Hexagon NPU; dense models, W8A16).
+    #[arg(long, default_value = "cpu")]
+    pub backend: BackendSpec,
+    /// Device profile of the virtual NPU (sm8650, sm8750, sm8850, ...; same as `--backend vnpu:DEVICE`).
+    #[arg(long)]
+    pub device: Option<String>,
     /// QNN backend library for `--backend qnn` (on a phone: libQnnHtp.so from the QAIRT SDK).
-    #[arg(long, default_value = "libQnnHtp.so")]
-    pub qnn_lib: std::path::PathBuf,
+    #[arg(long)]
+    pub qnn_lib: Option<std::path::PathBuf>,
     /// Context-binary cache directory for `--backend qnn`: graphs built once are reloaded by later runs.
     #[arg(long)]
     pub qnn_cache: Option<std::path::PathBuf>,
 }
 
-/// Execution backends the CLI can build.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// This machine's CPU cores.
-    Cpu,
-    /// The virtual NPU: real math on the CPU, simulated NPU timing and energy.
-    Vnpu,
-    /// Qualcomm Hexagon NPU through the QNN library (`--qnn-lib`); dense models, W8A16.
-    Qnn,
+impl BackendArgs {
+    /// The backend the flags name (`--device`, `--qnn-lib` and `--qnn-cache` refine `--backend`).
+    pub fn spec(&self) -> anyhow::Result<BackendSpec> {
+        let mut spec = self.backend.clone();
+        match &mut spec {
+            BackendSpec::Vnpu { device } => {
+                if let Some(d) = &self.device {
+                    *device = d.to_lowercase();
+                }
+            }
+            BackendSpec::Qnn { library, cache_dir } => {
+                if let Some(l) = &self.qnn_lib {
+                    *library = l.clone();
+                }
+                cache_dir.clone_from(&self.qnn_cache);
+            }
+            BackendSpec::Cpu => {}
+        }
+        let stray = match &spec {
+            BackendSpec::Vnpu { .. } => self.qnn_lib.is_some() || self.qnn_cache.is_some(),
+            BackendSpec::Qnn { .. } => self.device.is_some(),
+            BackendSpec::Cpu => self.device.is_some() || self.qnn_lib.is_some() || self.qnn_cache.is_some(),
+        };
+        if stray {
+            return Err(crate::exit::fail(
+                crate::exit::USAGE,
+                format!("--device applies to --backend vnpu, --qnn-lib/--qnn-cache to --backend qnn (backend is {spec})"),
+            ));
+        }
+        Ok(spec)
+    }
 }
 
 /// Every decoding knob; unset flags fall back to the model's generation_config.json, then to
@@ -61,7 +84,7 @@ pub struct DecodeArgs {
     pub temperature: Option<f64>,
     /// LLaDA remasking strategy.
     #[arg(long, value_enum)]
-    pub remasking: Option<RemaskingArg>,
+    pub remasking: Option<Remasking>,
     /// Classifier-free guidance scale (0 = off).
     #[arg(long)]
     pub cfg_scale: Option<f64>,
@@ -70,13 +93,13 @@ pub struct DecodeArgs {
     pub threshold: Option<f64>,
     /// KV cache between denoising steps.
     #[arg(long, value_enum)]
-    pub cache: Option<CacheArg>,
+    pub cache: Option<CacheMode>,
     /// RNG seed.
     #[arg(long)]
     pub seed: Option<u64>,
     /// Dream position-selection algorithm.
     #[arg(long, value_enum)]
-    pub alg: Option<AlgArg>,
+    pub alg: Option<DreamAlg>,
     /// Dream: temperature of position sampling (0 = top positions).
     #[arg(long)]
     pub alg_temp: Option<f64>,
@@ -86,7 +109,8 @@ pub struct DecodeArgs {
     /// Top-k sampling.
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// Stop once a block ends in EOS (saves the steps of trailing EOS padding).
+    /// Stop once a block ends in EOS (saves the steps of trailing EOS padding) [default: true;
+    /// upstream LLaDA/Dream always fill the whole canvas].
     #[arg(long)]
     pub early_stop_eos: Option<bool>,
     /// Forbid EOS while choosing tokens (LLaDA `logits_eos_inf`).
@@ -145,176 +169,57 @@ pub struct DecodeArgs {
     pub revision_max_checks: Option<usize>,
     /// Revision: `async` = the dense path never waits for the CPU path (verdicts land when its
     /// job ends, on the simulated device clock); `lockstep` = every step waits for it.
-    #[arg(long, requires = "revision", value_enum, default_value_t = ScheduleArg::Async, help_heading = "NPU-aware decoding")]
-    pub revision_schedule: ScheduleArg,
-}
-
-/// CPU-path schedule of revision.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ScheduleArg {
-    #[default]
-    Async,
-    Lockstep,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum RemaskingArg {
-    LowConfidence,
-    Random,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum CacheArg {
-    None,
-    Prefix,
-    Dual,
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy)]
-pub enum AlgArg {
-    Origin,
-    MaskgitPlus,
-    TopkMargin,
-    Entropy,
+    #[arg(long, requires = "revision", value_enum, default_value_t = CpuPathSchedule::Async, help_heading = "NPU-aware decoding")]
+    pub revision_schedule: CpuPathSchedule,
 }
 
 impl DecodeArgs {
-    /// Settings: flags over model defaults over engine defaults.
-    pub fn settings(&self, defaults: &GenerationDefaults) -> DecodeSettings {
-        let mut s = DecodeSettings { early_stop_eos: true, ..DecodeSettings::default() };
-        if let Some(v) = defaults.gen_length {
-            s.gen_length = v;
-        }
-        if let Some(v) = defaults.block_length {
-            s.block_length = v;
-        }
-        if let Some(v) = defaults.steps {
-            s.steps = v;
-        }
-        if let Some(v) = defaults.temperature {
-            s.temperature = v as f64;
-        }
-        if defaults.remasking.as_deref() == Some("random") {
-            s.remasking = Remasking::Random;
-        }
-        if let Some(v) = self.gen_length {
-            s.gen_length = v;
-            // Keep the model's step density when only the length changes.
-            if self.steps.is_none() && self.threshold.is_none() {
-                let per_token = defaults.steps.zip(defaults.gen_length).map(|(st, g)| st as f64 / g as f64).unwrap_or(1.0);
-                s.steps = ((v as f64 * per_token).round() as usize).max(1);
+    /// What the flags set; the model's defaults and the engine's fill the rest
+    /// ([`unmask_engine::run::effective_settings`]).
+    pub fn overrides(&self) -> SettingsOverrides {
+        let speculative = self.speculative.then(|| {
+            let d = SpeculativeSettings::default();
+            SpeculativeSettings {
+                trigger: self.spec_trigger.unwrap_or(d.trigger),
+                max_lookahead: self.spec_lookahead.unwrap_or(d.max_lookahead),
+                accept_top_k: self.spec_accept_top_k.unwrap_or(d.accept_top_k),
+                accept_drafts: d.accept_drafts && !self.spec_no_accept,
+                token_buckets: if self.spec_buckets.is_empty() { d.token_buckets } else { self.spec_buckets.clone() },
             }
-            if self.block_length.is_none() && v % s.block_length != 0 {
-                s.block_length = v;
+        });
+        let revision = self.revision.then(|| {
+            let d = RevisionSettings::default();
+            RevisionSettings {
+                visible_threshold: self.revision_visible_threshold.unwrap_or(d.visible_threshold),
+                stable_threshold: self.revision_stable_threshold.unwrap_or(d.stable_threshold),
+                revise_margin: self.revision_margin.unwrap_or(d.revise_margin),
+                stable_checks: self.revision_stable_checks.unwrap_or(d.stable_checks),
+                max_checks: self.revision_max_checks.unwrap_or(d.max_checks),
+                schedule: self.revision_schedule,
             }
+        });
+        SettingsOverrides {
+            gen_length: self.gen_length,
+            block_length: self.block_length,
+            steps: self.steps,
+            temperature: self.temperature,
+            remasking: self.remasking,
+            cfg_scale: self.cfg_scale,
+            threshold: self.threshold,
+            cache: self.cache,
+            seed: self.seed,
+            alg: self.alg,
+            alg_temp: self.alg_temp,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            early_stop_eos: self.early_stop_eos,
+            logits_eos_inf: self.logits_eos_inf.then_some(true),
+            confidence_eos_eot_inf: self.confidence_eos_eot_inf.then_some(true),
+            eps: self.eps,
+            eos_token_id: self.eos_token_id,
+            eot_token_id: self.eot_token_id,
+            speculative,
+            revision,
         }
-        if let Some(v) = self.block_length {
-            s.block_length = v;
-        }
-        if let Some(v) = self.steps {
-            s.steps = v;
-        }
-        if self.steps.is_none() && self.threshold.is_none() {
-            // Round steps to a multiple of the block count so a length change stays valid.
-            let nb = (s.gen_length / s.block_length.max(1)).max(1);
-            s.steps = (s.steps.div_ceil(nb)).max(1) * nb;
-        }
-        if let Some(v) = self.temperature {
-            s.temperature = v;
-        }
-        if let Some(v) = self.remasking {
-            s.remasking = match v {
-                RemaskingArg::LowConfidence => Remasking::LowConfidence,
-                RemaskingArg::Random => Remasking::Random,
-            };
-        }
-        if let Some(v) = self.cfg_scale {
-            s.cfg_scale = v;
-        }
-        if self.threshold.is_some() {
-            s.threshold = self.threshold;
-        }
-        if let Some(v) = self.cache {
-            s.cache = match v {
-                CacheArg::None => CacheMode::None,
-                CacheArg::Prefix => CacheMode::Prefix,
-                CacheArg::Dual => CacheMode::Dual,
-            };
-        }
-        if let Some(v) = self.seed {
-            s.seed = v;
-        }
-        if let Some(v) = self.alg {
-            s.alg = match v {
-                AlgArg::Origin => DreamAlg::Origin,
-                AlgArg::MaskgitPlus => DreamAlg::MaskgitPlus,
-                AlgArg::TopkMargin => DreamAlg::TopkMargin,
-                AlgArg::Entropy => DreamAlg::Entropy,
-            };
-        }
-        if self.alg_temp.is_some() {
-            s.alg_temp = self.alg_temp;
-        }
-        if self.top_p.is_some() {
-            s.top_p = self.top_p;
-        }
-        if self.top_k.is_some() {
-            s.top_k = self.top_k;
-        }
-        if let Some(v) = self.early_stop_eos {
-            s.early_stop_eos = v;
-        }
-        if let Some(v) = self.eps {
-            s.eps = v;
-        }
-        if self.eos_token_id.is_some() {
-            s.eos_token_id = self.eos_token_id;
-        }
-        if self.eot_token_id.is_some() {
-            s.eot_token_id = self.eot_token_id;
-        }
-        if self.speculative {
-            let mut sp = SpeculativeSettings::default();
-            if let Some(v) = self.spec_trigger {
-                sp.trigger = v;
-            }
-            if let Some(v) = self.spec_lookahead {
-                sp.max_lookahead = v;
-            }
-            if let Some(v) = self.spec_accept_top_k {
-                sp.accept_top_k = v;
-            }
-            sp.accept_drafts &= !self.spec_no_accept;
-            if !self.spec_buckets.is_empty() {
-                sp.token_buckets = self.spec_buckets.clone();
-            }
-            s.speculative = Some(sp);
-        }
-        if self.revision {
-            let mut r = RevisionSettings::default();
-            if let Some(v) = self.revision_visible_threshold {
-                r.visible_threshold = v;
-            }
-            if let Some(v) = self.revision_stable_threshold {
-                r.stable_threshold = v;
-            }
-            if let Some(v) = self.revision_margin {
-                r.revise_margin = v;
-            }
-            if let Some(v) = self.revision_stable_checks {
-                r.stable_checks = v;
-            }
-            if let Some(v) = self.revision_max_checks {
-                r.max_checks = v;
-            }
-            r.schedule = match self.revision_schedule {
-                ScheduleArg::Async => CpuPathSchedule::Async,
-                ScheduleArg::Lockstep => CpuPathSchedule::Lockstep,
-            };
-            s.revision = Some(r);
-        }
-        s.logits_eos_inf |= self.logits_eos_inf;
-        s.confidence_eos_eot_inf |= self.confidence_eos_eot_inf;
-        s
     }
 }

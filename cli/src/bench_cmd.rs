@@ -1,7 +1,7 @@
 //! `unmask bench`: runs the benchmark harness (the `unmask-bench` binary of `bench/`, or
 //! `bench/run` in a source checkout) once per suite, with a progress bar per suite fed by the
-//! harness's progress lines, and collects each suite's headline (the figures behind the README's
-//! tables; full results in `bench/results/SUITE.json`).
+//! harness's progress lines, and collects each suite's headline (the figures behind docs/benchmarks.md,
+//! generated from `bench/results/SUITE.json`).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -15,18 +15,18 @@ use serde_json::{json, Value};
 use crate::exit::{fail, OTHER, UNAVAILABLE, USAGE};
 use crate::progress;
 
-/// Suites in the order of the README's benchmark sections.
-const README_ORDER: &[&str] = &["forward", "kernels", "npu", "decoding", "ablation", "quality", "store"];
+/// Suites in the order of docs/benchmarks.md.
+const DOCS_ORDER: &[&str] = &["forward", "kernels", "npu", "decoding", "ablation", "quality", "store"];
 
 /// Flags of `unmask bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Suites to run (`unmask bench --list`).
     pub suites: Vec<String>,
-    /// Run every suite, in the README's order (takes hours on a small machine).
+    /// Run every suite, in docs/benchmarks.md's order (takes hours on a small machine).
     #[arg(long, conflicts_with = "suites")]
     pub all: bool,
-    /// Short version of each suite (a few minutes each; numbers are not the README's).
+    /// Short version of each suite (a few minutes each; numbers are not the recorded ones).
     #[arg(long)]
     pub quick: bool,
     /// List the suites and exit.
@@ -117,8 +117,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     let names: Vec<String> = if args.all {
-        let mut v: Vec<String> = README_ORDER.iter().filter(|n| known.iter().any(|(k, _)| k.as_str() == **n)).map(|s| s.to_string()).collect();
-        v.extend(known.iter().map(|(k, _)| k.clone()).filter(|k| !README_ORDER.contains(&k.as_str())));
+        let mut v: Vec<String> = DOCS_ORDER.iter().filter(|n| known.iter().any(|(k, _)| k.as_str() == **n)).map(|s| s.to_string()).collect();
+        v.extend(known.iter().map(|(k, _)| k.clone()).filter(|k| !DOCS_ORDER.contains(&k.as_str())));
         v
     } else {
         args.suites.clone()

@@ -8,14 +8,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::json;
-use unmask_engine::backend::Backend;
-use unmask_engine::decode::{
-    check_request, generate, trim_at_stop, CancelFlag, ChatSession, DecodeOutput, DecodeSettings, StepFrame,
-};
-use unmask_engine::model::{load_model, ChatMessage, LoadedModel, TextTokenizer};
+use unmask_engine::decode::{CancelFlag, DecodeSettings, StepFrame};
+use unmask_engine::model::{load_model, ChatMessage, LoadedModel};
+use unmask_engine::run::{ModelParts, RunOutcome, RunPrompt, Session};
 
 use crate::args::{BackendArgs, DecodeArgs, ModelArg};
-use crate::backends::AnyBackend;
 use crate::data::{self, Data, ResolvedModel};
 use crate::live::LiveCanvas;
 use crate::model_path;
@@ -47,16 +44,15 @@ impl OutputArgs {
     }
 }
 
-struct Session {
-    backend: AnyBackend,
-    tokenizer: TextTokenizer,
-    template: unmask_engine::model::ChatTemplate,
-    generation: unmask_engine::model::GenerationDefaults,
+/// A CLI session: the engine's run session plus where runs are recorded.
+struct Cli {
+    session: Session,
     model: ResolvedModel,
     data: Option<Data>,
 }
 
-fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Session> {
+fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Cli> {
+    let spec = backend.spec()?;
     let data = if out.no_record { None } else { Some(Data::open(&data::data_dir(data_dir)?)?) };
     let resolved = match data::resolve_model(model.model.as_deref(), data.as_ref()) {
         Ok(r) => r,
@@ -67,10 +63,9 @@ fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Opt
         },
         Err(e) => return Err(e),
     };
-    let m = load(&resolved.path)?;
-    let LoadedModel { transformer, tokenizer, template, generation, .. } = m;
-    let backend = AnyBackend::new(backend, Arc::new(transformer))?;
-    Ok(Session { backend, tokenizer, template, generation, model: resolved, data })
+    let parts = Arc::new(ModelParts::from(load(&resolved.path)?));
+    let session = Session::open(parts, &spec)?;
+    Ok(Cli { session, model: resolved, data })
 }
 
 /// Loads a model; the context names the path only when the error itself does not already.
@@ -127,107 +122,87 @@ pub fn read_prompt(arg: Option<String>, file: Option<&Path>) -> Result<String> {
     }
 }
 
-fn special_ids(s: &Session) -> Vec<u32> {
-    let c = s.backend.config();
-    let mut v: Vec<u32> = [c.eos_token_id, c.eot_token_id, c.pad_token_id, c.bos_token_id].into_iter().flatten().collect();
-    v.extend(s.template.stop_strings().iter().filter_map(|t| s.tokenizer.token_id(t)));
-    v
-}
-
-/// Runs one decode with optional live drawing and recording; returns the output.
-#[allow(clippy::too_many_arguments)]
-fn decode_live(
-    backend: &mut dyn Backend,
-    tokenizer: &TextTokenizer,
-    special: Vec<u32>,
-    prompt_len: usize,
-    settings: &DecodeSettings,
-    out: &OutputArgs,
-    mut recording: Option<&mut Recording>,
-    run: impl FnOnce(&mut dyn Backend, &mut dyn FnMut(&StepFrame) -> ControlFlow<()>) -> Result<DecodeOutput>,
-) -> Result<DecodeOutput> {
-    let live = out.live_enabled();
-    let mask = backend.config().mask_token_id.unwrap_or(0);
-    let mut canvas = LiveCanvas::new(tokenizer, prompt_len, settings.gen_length, mask, special);
-    let mut stdout = std::io::stdout();
-    let mut on_frame = |f: &StepFrame| {
-        if let Some(r) = recording.as_deref_mut() {
-            r.record(f);
-        }
-        if live {
-            canvas.apply(f);
-            let _ = canvas.draw(&mut stdout, f);
-        }
-        ControlFlow::Continue(())
-    };
-    let result = run(backend, &mut on_frame);
-    if live {
-        let _ = canvas.clear(&mut std::io::stdout());
-    }
-    result
-}
-
-fn report(text: &str, o: &DecodeOutput, out: &OutputArgs, backend: &str, run_id: Option<i64>) -> Result<()> {
+fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_id: Option<i64>) -> Result<()> {
+    let d = &o.output;
     if out.json {
         println!(
             "{}",
             serde_json::to_string(&json!({
-                "text": text, "tokens": o.tokens, "steps": o.steps, "forwards": o.forwards,
-                "tokens_per_forward": o.tokens_per_forward, "wall_s": o.wall_s,
-                "simulated_s": o.simulated_s, "stop_reason": o.stop_reason, "backend": backend,
+                "text": o.text.trim(), "tokens": d.tokens, "answer": o.answer, "answer_tokens": o.answer_tokens,
+                "steps": d.steps, "forwards": d.forwards,
+                "tokens_per_forward": o.answer_tokens_per_forward(),
+                "canvas_tokens_per_forward": d.tokens_per_forward, "wall_s": d.wall_s,
+                "simulated_s": d.simulated_s, "stop_reason": d.stop_reason, "backend": backend, "executor": executor,
                 "run_id": run_id,
             }))?
         );
         return Ok(());
     }
-    println!("{text}");
+    println!("{}", o.text.trim());
     if out.stats {
-        let sim = o.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
+        let sim = d.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
         let run = run_id.map(|id| format!(" · run {id}")).unwrap_or_default();
         eprintln!(
-            "[{backend}] {} steps, {} forwards, {:.2} tokens/forward, {:.2} s wall{sim}{run}",
-            o.steps, o.forwards, o.tokens_per_forward, o.wall_s
+            "[{backend}] {} answer tokens in {} steps, {} forwards, {:.2} answer tokens/forward, {:.2} s wall{sim}{run}",
+            o.answer_tokens,
+            d.steps,
+            d.forwards,
+            o.answer_tokens_per_forward(),
+            d.wall_s
         );
     }
     Ok(())
 }
 
-/// One recorded (or not) decode of a session: starts the run, decodes, stores outcome and timeline.
-fn recorded_decode(
-    s: &mut Session,
-    prompt: &str,
+/// One generation through the session: recorded (unless --no-record), drawn live (when asked),
+/// its outcome and timeline stored.
+fn recorded_run(
+    c: &mut Cli,
+    user_text: &str,
+    ids: &[u32],
     settings: &DecodeSettings,
     out: &OutputArgs,
-    prompt_len: usize,
-    run: impl FnOnce(&mut dyn Backend, &TextTokenizer, &mut dyn FnMut(&StepFrame) -> ControlFlow<()>) -> Result<(DecodeOutput, String)>,
-) -> Result<(DecodeOutput, String, Option<i64>)> {
-    let backend_name = s.backend.name();
-    let mut recording = match &s.data {
-        Some(d) => Some(Recording::start(d, &s.model, &backend_name, prompt, settings)?),
+) -> Result<(RunOutcome, Option<i64>)> {
+    // Before the live canvas or the recording is sized by the request.
+    c.session.check(ids, settings)?;
+    let mut recording = match &c.data {
+        Some(d) => Some(Recording::start(d, &c.model, c.session.backend(), user_text, settings)?),
         None => None,
     };
-    let mark = s.backend.timeline_mark();
-    let special = special_ids(s);
-    let tokenizer = &s.tokenizer;
-    let mut text = String::new();
-    let result = decode_live(s.backend.as_dyn(), tokenizer, special, prompt_len, settings, out, recording.as_mut(), |b, f| {
-        let (o, t) = run(b, tokenizer, f)?;
-        text = t;
-        Ok(o)
-    });
-    let timeline = s.backend.timeline_since(mark);
+    let live = out.live_enabled();
+    let cfg = c.session.model().transformer.config.clone();
+    let stop = c.session.stop_ids(settings);
+    let parts = Arc::clone(&c.session.model_arc());
+    let mut canvas = live.then(|| LiveCanvas::new(&parts.tokenizer, ids.len(), settings.gen_length, cfg.mask_token_id.unwrap_or(0), stop));
+    let mut stdout = std::io::stdout();
+    let mut on_frame = |f: &StepFrame| {
+        if let Some(r) = recording.as_mut() {
+            r.record(f);
+        }
+        if let Some(cv) = canvas.as_mut() {
+            cv.apply(f);
+            let _ = cv.draw(&mut stdout, f);
+        }
+        ControlFlow::Continue(())
+    };
+    let cancel = CancelFlag::new();
+    let result = c.session.run(ids, settings, &cancel, &mut on_frame);
+    if let Some(cv) = canvas.as_mut() {
+        let _ = cv.clear(&mut std::io::stdout());
+    }
     match (result, recording) {
         (Ok(o), Some(r)) => {
-            let id = r.finish(&o, &text, timeline)?;
-            Ok((o, text, Some(id)))
+            let id = r.finish(&o)?;
+            Ok((o, Some(id)))
         }
-        (Ok(o), None) => Ok((o, text, None)),
+        (Ok(o), None) => Ok((o, None)),
         (Err(e), Some(r)) => {
-            // Keep the failed run (and its partial trace) for `runs show`, then report the decode error.
+            // Keep the failed run (and its partial trace) for `runs show`, then report the error.
+            let e = anyhow::Error::new(e);
             let _ = r.fail(&e);
             Err(e)
         }
-        (Err(e), None) => Err(e),
+        (Err(e), None) => Err(e.into()),
     }
 }
 
@@ -241,34 +216,27 @@ pub fn run_generate(
     out: &OutputArgs,
     data_dir: Option<&Path>,
 ) -> Result<()> {
-    let mut s = open(model, backend, out, data_dir)?;
-    let settings = decode.settings(&s.generation);
-    let text = if raw { prompt.to_owned() } else { s.template.render(&[ChatMessage::user(prompt)], true) };
-    let ids = s.tokenizer.encode(&text)?;
-    // Before the live canvas or the recording is sized by the request.
-    check_request(s.backend.config(), &ids, &settings)?;
-    let cancel = CancelFlag::new();
-    let stop = special_ids(&s);
-    let (o, answer, run_id) = recorded_decode(&mut s, prompt, &settings, out, ids.len(), |b, tok, f| {
-        let o = generate(b, &ids, &settings, &cancel, f)?;
-        let answer = tok.decode(trim_at_stop(&o.tokens, &stop), true);
-        Ok((o, answer))
-    })?;
-    report(answer.trim(), &o, out, &s.backend.name(), run_id)
+    let mut c = open(model, backend, out, data_dir)?;
+    let settings = c.session.settings(&decode.overrides())?;
+    let messages = [ChatMessage::user(prompt)];
+    let ids = c.session.prompt_ids(if raw { RunPrompt::Raw(prompt) } else { RunPrompt::Chat(&messages) })?;
+    let (o, run_id) = recorded_run(&mut c, prompt, &ids, &settings, out)?;
+    let executor = c.session.executor().name();
+    report(&o, out, &c.session.backend().to_string(), &executor, run_id)
 }
 
 /// `unmask chat`: one reply per input line until EOF or /quit; each reply is a recorded run.
 pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<()> {
-    let mut s = open(model, backend, out, data_dir)?;
-    let settings = decode.settings(&s.generation);
-    let mut chat = ChatSession::new(s.template.clone(), settings.clone());
+    let mut c = open(model, backend, out, data_dir)?;
+    let settings = c.session.settings(&decode.overrides())?;
+    let mut history: Vec<ChatMessage> = Vec::new();
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(
             "unmask chat · {} ({}) · {} (type /reset to start over, /quit or Ctrl-D to leave)",
-            s.model.name,
-            s.backend.config().arch.gguf_name(),
-            s.backend.name()
+            c.model.name,
+            c.session.model().transformer.config.arch.gguf_name(),
+            c.session.backend()
         );
     }
     let stdin = std::io::stdin();
@@ -296,31 +264,29 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
             "" => continue,
             "/quit" | "/exit" => break,
             "/reset" => {
-                chat.messages.clear();
-                chat.ar_cache.clear();
+                history.clear();
+                c.session.forget_context();
                 eprintln!("(conversation cleared)");
                 continue;
             }
             _ => {}
         }
-        let cancel = CancelFlag::new();
-        let ids = {
-            let mut msgs = chat.messages.clone();
-            msgs.push(ChatMessage::user(line));
-            s.tokenizer.encode(&chat.template.render(&msgs, true))?
-        };
-        // A turn that does not fit is reported and the conversation goes on without it.
-        if let Err(e) = check_request(s.backend.config(), &ids, &settings) {
-            let e = anyhow::Error::new(e);
-            eprintln!("error: {} (this turn was not run; /reset starts over)", crate::exit::one_line(&e));
-            failed = Some(e);
-            continue;
+        history.push(ChatMessage::user(line));
+        let ids = c.session.prompt_ids(RunPrompt::Chat(&history))?;
+        match recorded_run(&mut c, line, &ids, &settings, out) {
+            Ok((o, run_id)) => {
+                history.push(ChatMessage::assistant(o.text.clone()));
+                let executor = c.session.executor().name();
+                report(&o, out, &c.session.backend().to_string(), &executor, run_id)?;
+            }
+            // A turn that does not fit is reported and the conversation goes on without it.
+            Err(e) if crate::exit::code_of(&e) == crate::exit::INVALID => {
+                history.pop();
+                eprintln!("error: {} (this turn was not run; /reset starts over)", crate::exit::one_line(&e));
+                failed = Some(e);
+            }
+            Err(e) => return Err(e),
         }
-        let (o, reply, run_id) = recorded_decode(&mut s, line, &settings, out, ids.len(), |b, tok, f| {
-            let r = chat.reply(b, tok, line, &cancel, f)?;
-            Ok((r.output, r.text))
-        })?;
-        report(reply.trim(), &o, out, &s.backend.name(), run_id)?;
     }
     // The exit status still tells a script that some turn was refused.
     match failed {

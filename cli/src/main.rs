@@ -6,7 +6,6 @@
 //! prompt, name taken), 5 cancelled, 6 store or download failure.
 
 mod args;
-mod backends;
 mod bench_cmd;
 mod data;
 mod exit;
@@ -26,6 +25,16 @@ use clap::{Parser, Subcommand};
 
 use args::{BackendArgs, DecodeArgs, ModelArg};
 
+/// Closing text of `generate --help` and `chat --help`: settings precedence, where defaults
+/// differ from upstream, exit codes.
+fn generate_help() -> String {
+    format!(
+        "Settings: flags over the model's generation_config.json over the engine's defaults. {}\n\n{}",
+        unmask_engine::run::DEFAULTS_THAT_DIFFER,
+        exit::HELP
+    )
+}
+
 /// Unmask: on-device inference for diffusion LLMs.
 #[derive(Parser, Debug)]
 #[command(name = "unmask", version, about, propagate_version = true, after_help = exit::HELP)]
@@ -44,7 +53,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Generate a reply to one prompt (recorded as a run unless --no-record).
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = generate_help())]
     Generate {
         /// The user message (rendered with the model's chat template unless --raw).
         #[arg(required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
@@ -67,7 +76,7 @@ enum Command {
     },
     /// Interactive multi-turn chat (reads lines from standard input; /reset, /quit). Each reply
     /// is recorded as a run unless --no-record.
-    #[command(after_help = exit::HELP)]
+    #[command(after_help = generate_help())]
     Chat {
         #[command(flatten)]
         model: ModelArg,
@@ -86,7 +95,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Reproduce the README's benchmark tables: run harness suites (bench/results/SUITE.json).
+    /// Reproduce the recorded benchmarks (docs/benchmarks.md): run harness suites (bench/results/SUITE.json).
     #[command(after_help = exit::HELP)]
     Bench(bench_cmd::BenchArgs),
     /// Manage the models in the store.

@@ -84,7 +84,7 @@ pub enum ModelsAction {
 pub enum ExportType {
     F32,
     F16,
-    // Spelled as in llama.cpp and the README (clap would make it `q8-0`).
+    // Spelled as in llama.cpp and the docs (clap would make it `q8-0`).
     #[value(name = "q8_0", alias = "q8-0")]
     Q8_0,
 }

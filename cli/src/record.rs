@@ -3,8 +3,9 @@
 //! output, metrics, energy and the vNPU timeline.
 
 use anyhow::{Context, Result};
-use unmask_engine::decode::{DecodeOutput, DecodeSettings, StepFrame};
-use unmask_store::{NewRun, RunOutcome, RunRecorder, StoredTimeline};
+use unmask_engine::decode::{DecodeSettings, StepFrame};
+use unmask_engine::run::{BackendSpec, RunOutcome};
+use unmask_store::{NewRun, RunRecorder};
 
 use crate::data::{Data, ResolvedModel};
 
@@ -19,7 +20,7 @@ impl<'a> Recording<'a> {
     pub fn start(
         data: &'a Data,
         model: &ResolvedModel,
-        backend: &str,
+        backend: &BackendSpec,
         prompt: &str,
         settings: &DecodeSettings,
     ) -> Result<Recording<'a>> {
@@ -28,7 +29,7 @@ impl<'a> Recording<'a> {
             None => NewRun {
                 model_id: None,
                 model_name: model.name.clone(),
-                backend: backend.to_owned(),
+                backend: backend.clone(),
                 prompt: prompt.to_owned(),
                 settings: settings.clone(),
             },
@@ -43,13 +44,8 @@ impl<'a> Recording<'a> {
     }
 
     /// Ends the run as completed; returns its id.
-    pub fn finish(mut self, out: &DecodeOutput, text: &str, timeline: Option<StoredTimeline>) -> Result<i64> {
-        let mut outcome = RunOutcome::from_decode(out, text);
-        if let Some(t) = &timeline {
-            if let Some(p) = &t.power {
-                outcome.metrics.energy_mj = Some(t.timeline.energy(p).total_j * 1e3);
-            }
-        }
+    pub fn finish(mut self, o: &RunOutcome) -> Result<i64> {
+        let (outcome, timeline) = unmask_store::recorded_outcome(o);
         if let Some(t) = timeline {
             self.rec.set_timeline(t);
         }
@@ -60,7 +56,7 @@ impl<'a> Recording<'a> {
 
     /// Ends the run as failed with the decode's error.
     pub fn fail(self, err: &anyhow::Error) -> Result<()> {
-        self.data.block_on(self.rec.fail(format!("{err:#}"))).context("saving the failed run")?;
+        self.data.block_on(self.rec.fail(crate::exit::one_line(err))).context("saving the failed run")?;
         Ok(())
     }
 }

@@ -94,7 +94,7 @@ fn list(data: &Data, model: Option<&str>, limit: u32, json_out: bool) -> Result<
             r.id,
             r.status.as_str(),
             clip(&r.model_name, 16),
-            clip(&r.backend, 14),
+            clip(&r.backend.to_string(), 14),
             opt(m.steps.map(|v| v.to_string())),
             opt(m.forwards.map(|v| v.to_string())),
             opt(m.tokens_per_forward.map(|v| format!("{v:.2}"))),
@@ -213,7 +213,7 @@ fn compare(data: &Data, ids: &[i64], json_out: bool) -> Result<()> {
     row("run", per(&|r| r.id.to_string()));
     row("status", per(&|r| r.status.as_str().to_owned()));
     row("model", per(&|r| r.model_name.clone()));
-    row("backend", per(&|r| r.backend.clone()));
+    row("backend", per(&|r| r.backend.to_string()));
     row("prompt", per(&|r| one_line(&r.prompt)));
     row("output", per(&|r| r.output.as_deref().map(one_line).unwrap_or_else(|| "–".into())));
     row("steps", per(&|r| opt(r.metrics.steps.map(|v| v.to_string()))));

@@ -355,7 +355,7 @@ fn find_smollm2() -> Option<PathBuf> {
         return Some(f);
     }
     let mut roots: Vec<PathBuf> =
-        vec![PathBuf::from("/work/venv/lib"), PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
+        vec![PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
     if let Ok(v) = std::env::var("VIRTUAL_ENV") {
         roots.insert(0, PathBuf::from(v).join("lib"));
     }

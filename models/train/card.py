@@ -1,25 +1,28 @@
 """Writes models/<name>/MODEL_CARD.md from the run's own records: config.json, trainer_state.json,
 train_log.csv, eval_results.json (PyTorch) and bench/results/quality.json (our Rust engine).
 
-Usage: python models/train/card.py tiny-llada [tiny-ar tiny-draft tiny-llada-moe]
-The per-model text (purpose, recipe, commands) lives in RECIPES below.
+Usage (from the repository root; standard library only):
+    python -m models.train.card tiny-llada [tiny-ar tiny-draft tiny-llada-moe]
+The per-model text (purpose, recipe, commands) lives in recipes.py.
 """
+import argparse
 import csv
 import json
 import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.path.dirname(HERE)
-ROOT = os.path.dirname(MODELS)
+from . import paths
+
+MODELS = paths.MODELS
+ROOT = paths.ROOT
 TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "next"]
 CHANCE = {"kv": "0.10 (one digit)", "count": "0.125 (2-9)", "reverse": "1/6-1/120 (word orders)",
           "sort": "1/6-1/120", "add": "~0", "sub": "~0", "copy": "~0", "continue": "~0", "next": "~0"}
 
 DATA = """## Data and splits (shared by all four models; `train/data.py`)
 
-* **Prose**: the 18 public-domain Project Gutenberg books in `/work/shared/data/corpus/gutenberg`
-  (11.8 MB; see its PROVENANCE.md). Books are split into paragraphs ("passages", line wrapping
+* **Prose**: the 18 public-domain Project Gutenberg books of the project's shared corpus
+  (`shared/data/corpus/gutenberg`, outside the repository; `--corpus DIR` or `UNMASK_CORPUS_DIR`
+  point the scripts at it; 11.8 MB, see its PROVENANCE.md). Books are split into paragraphs ("passages", line wrapping
   removed); each passage goes to a split by `crc32("{book}:{index}") % 100`: 0-1 val (987
   passages), 2-3 test (1,011), rest train (45,889 passages, 3.17 M tokens). Training only reads
   train passages.
@@ -116,11 +119,17 @@ CUR_WEIGHTS = ""
 
 def main():
     global CUR_WEIGHTS
-    sys.path.insert(0, HERE)
-    from recipes import RECIPES  # noqa: E402
-    q = json.load(open(os.path.join(ROOT, "bench", "results", "quality.json")))
-    for name in sys.argv[1:]:
-        d = os.path.join(MODELS, name)
+    from .recipes import RECIPES
+    ap = argparse.ArgumentParser(description="Write models/<name>/MODEL_CARD.md from the run's records.")
+    ap.add_argument("names", nargs="+", choices=sorted(RECIPES), metavar="NAME",
+                    help="model directories under --models-dir: " + ", ".join(sorted(RECIPES)))
+    ap.add_argument("--models-dir", default=MODELS, help="folder holding the model directories (default models/)")
+    ap.add_argument("--quality", default=os.path.join(ROOT, "bench", "results", "quality.json"),
+                    help="the Rust engine's eval (default bench/results/quality.json)")
+    a = ap.parse_args()
+    q = json.load(open(a.quality))
+    for name in a.names:
+        d = os.path.join(a.models_dir, name)
         CUR_WEIGHTS = os.path.join(d, "model.safetensors")
         cfg = json.load(open(os.path.join(d, "config.json")))
         st = json.load(open(os.path.join(d, "trainer_state.json")))
@@ -141,7 +150,7 @@ def main():
         text = "\n".join(parts).replace("\n\n\n", "\n\n")
         with open(os.path.join(d, "MODEL_CARD.md"), "w") as f:
             f.write(text)
-        print("wrote", os.path.join(d, "MODEL_CARD.md"))
+        print("wrote", paths.rel(os.path.join(d, "MODEL_CARD.md")))
 
 
 if __name__ == "__main__":

@@ -12,8 +12,12 @@ to models/data/{val,test}.jsonl.  Training generation rejects any prompt that
 appears in val or test.  "continue" examples use train passages for training
 and test/val passages for the held-out sets.
 
-Usage:  python models/train/data.py      # writes models/data/{val,test}.jsonl
+Usage (from the repository root):
+    python -m models.train.data [--corpus DIR] [--out-dir models/data]   # writes {val,test}.jsonl
+The corpus folder defaults to $UNMASK_CORPUS_DIR, else shared/data/corpus/gutenberg beside the
+repository (see paths.py); other modules call set_corpus_dir() with their --corpus argument.
 """
+import argparse
 import glob
 import json
 import os
@@ -22,10 +26,11 @@ import zlib
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.path.dirname(HERE)
-CORPUS_DIR = "/work/shared/data/corpus/gutenberg"
-DATA_DIR = os.path.join(MODELS, "data")
+from . import paths
+
+MODELS = paths.MODELS
+DATA_DIR = paths.DATA_DIR
+CORPUS_DIR = paths.default_corpus_dir()
 
 TRAIN_SEED = 1234
 VAL_SEED = 777001
@@ -76,13 +81,23 @@ def split_of(book, idx):
 _passage_cache = None
 
 
+def set_corpus_dir(path):
+    """Read the Gutenberg books from `path` (a folder of *.txt) from now on."""
+    global CORPUS_DIR, _passage_cache, _words_cache
+    CORPUS_DIR = path
+    _passage_cache = _words_cache = None
+
+
 def load_passages():
     """Returns list of dicts {book, idx, split, text}; text is the unwrapped paragraph."""
     global _passage_cache
     if _passage_cache is not None:
         return _passage_cache
     out = []
-    for path in sorted(glob.glob(os.path.join(CORPUS_DIR, "*.txt"))):
+    books = sorted(glob.glob(os.path.join(CORPUS_DIR, "*.txt")))
+    if not books:
+        raise SystemExit(f"no corpus: {CORPUS_DIR} has no *.txt (pass --corpus DIR or set UNMASK_CORPUS_DIR)")
+    for path in books:
         book = os.path.basename(path)[:-4]
         with open(path, encoding="utf-8", errors="replace") as f:
             raw = f.read().replace("\r\n", "\n")
@@ -235,11 +250,11 @@ class TaskSampler:
                 return t, msg, ans
 
 
-def write_heldout():
-    os.makedirs(DATA_DIR, exist_ok=True)
+def write_heldout(out_dir=DATA_DIR):
+    os.makedirs(out_dir, exist_ok=True)
     for split in ("val", "test"):
         rows = heldout_set(split)
-        path = os.path.join(DATA_DIR, f"{split}.jsonl")
+        path = os.path.join(out_dir, f"{split}.jsonl")
         with open(path, "w") as f:
             for r in rows:
                 f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
@@ -247,14 +262,23 @@ def write_heldout():
         print(f"wrote {path}: {len(rows)} rows")
 
 
-if __name__ == "__main__":
+def main():
+    ap = argparse.ArgumentParser(description="Corpus statistics and the held-out task sets {val,test}.jsonl.")
+    ap.add_argument("--corpus", default=CORPUS_DIR, help="folder of Gutenberg *.txt (default: %(default)s)")
+    ap.add_argument("--out-dir", default=DATA_DIR, help="where {val,test}.jsonl go (default: models/data)")
+    a = ap.parse_args()
+    set_corpus_dir(a.corpus)
     ps = load_passages()
     for s in ("train", "val", "test"):
         sel = [p for p in ps if p["split"] == s]
         print(s, len(sel), "passages", sum(len(p["text"]) for p in sel), "chars")
     print("words:", word_list()[:20])
-    write_heldout()
+    write_heldout(a.out_dir)
     rng = np.random.default_rng(0)
     ts = TaskSampler()
     for _ in range(8):
         print(ts.sample(rng))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,27 +3,28 @@ the official numbers: `bench/run quality`).
 
 1. Task exact match on models/data/test.jsonl. The prompt is the example's `message` rendered
    with the model family's chat template (llada and llama: the stored `prompt`; llada_moe: role tags).
-   * dLLMs (llada, llada_moe): LLaDA's reference decoding: canvas = prompt + gen_length masks,
-     blocks of block_length left to right, steps / n_blocks steps per block,
-     get_num_transfer_tokens per step (base = n // steps, the first n % steps steps +1),
+   * dLLMs (llada, llada_moe): LLaDA's reference decoding, `decoding.llada_generate` (the project's
+     one reference decoder, shared with the golden trajectories of tests/reference/): canvas =
+     prompt + gen_length masks, blocks of block_length left to right, steps / n_blocks steps per
+     block, get_num_transfer_tokens per step (base = n // steps, the first n % steps steps +1),
      temperature 0 -> argmax, low_confidence remasking (softmax probability of the argmax in
-     float64), top-k of the still-masked positions of the current block committed, never revised.
+     float64), top-k of the still-masked positions of the current block committed (ties: lower
+     position first), never revised. One example at a time; the forward is the PyTorch model's.
    * AR (llama): greedy, one full causal forward per token (no cache), gen_length tokens at most,
      stopping after the first end-of-turn / <|endoftext|>.
-   Examples are batched only with prompts of equal token length (no padding), so each row is the
+   AR examples are batched only with prompts of equal token length (no padding), so each row is the
    unbatched computation. Answer = decoded text before the first end-of-turn / <|endoftext|>, stripped.
 2. Prose on held-out (test split) windows, models/data/test_prose.json (written here if missing,
    read by the Rust bench too): dLLMs: masked-token accuracy at mask ratios 0.15 and 0.5 (one
    forward, argmax at masked positions); AR: perplexity (next-token NLL over each window).
 
-Usage: python models/train/eval.py [--model models/tiny-llada] [--n-per-task 50]
+Usage (from the repository root): python -m models.train.eval [--model models/tiny-llada] [--n-per-task 50]
 Writes <model>/eval_results.json, <model>/eval_predictions.jsonl and, for dLLMs,
 <model>/reference_forward.json (logits of one forward pass, for Rust numerical cross-checks).
 """
 import argparse
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -34,67 +35,37 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data  # noqa: E402
-from model import load_hf  # noqa: E402
+from . import data, paths  # noqa: E402
+from .decoding import llada_generate  # noqa: E402
+from .model import load_hf  # noqa: E402
 
 MASK_ID, EOS_ID = 2, 1
-PROSE_PATH = os.path.join(data.DATA_DIR, "test_prose.json")
+DEFAULT_PROSE = os.path.join(paths.DATA_DIR, "test_prose.json")
 
 
-def get_num_transfer_tokens(mask_index, steps):
-    """mask_index: [B, L] bool. Returns [B, steps] int64 (LLaDA reference)."""
-    mask_num = mask_index.sum(dim=1, keepdim=True)
-    base = mask_num // steps
-    remainder = mask_num % steps
-    out = torch.zeros(mask_num.size(0), steps, dtype=torch.int64) + base
-    for i in range(mask_num.size(0)):
-        out[i, :remainder[i]] += 1
-    return out
+class TorchLogits:
+    """The `logits(ids)` view of a PyTorch dLLM that decoding.py expects: one forward over the
+    whole canvas, float32 logits upcast to float64."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @torch.no_grad()
+    def logits(self, ids):
+        return self.model(torch.tensor([list(ids)], dtype=torch.long))[0].to(torch.float64).numpy()
 
 
-@torch.no_grad()
-def generate(model, prompt, gen_length=16, block_length=16, steps=16, temperature=0.0,
-             remasking="low_confidence", mask_id=MASK_ID, seed=0):
-    """prompt: LongTensor [B, P] (all rows the same length). Returns [B, P+gen_length]."""
-    assert gen_length % block_length == 0
-    n_blocks = gen_length // block_length
-    assert steps % n_blocks == 0
-    steps_per_block = steps // n_blocks
-    B, P = prompt.shape
-    x = torch.full((B, P + gen_length), mask_id, dtype=torch.long)
-    x[:, :P] = prompt
-    gen = torch.Generator().manual_seed(seed)
-    for nb in range(n_blocks):
-        s, e = P + nb * block_length, P + (nb + 1) * block_length
-        num_transfer = get_num_transfer_tokens(x[:, s:e] == mask_id, steps_per_block)
-        for i in range(steps_per_block):
-            mask_index = x == mask_id
-            logits = model(x).to(torch.float64)
-            if temperature > 0:   # Gumbel-max sampling as in the LLaDA reference
-                noise = torch.rand(logits.shape, generator=gen, dtype=torch.float64)
-                gumbel = (-torch.log(noise)) ** temperature
-                x0 = (logits.exp() / gumbel).argmax(-1)
-            else:
-                x0 = logits.argmax(-1)
-            if remasking == "low_confidence":
-                p = F.softmax(logits, dim=-1)
-                x0_p = torch.gather(p, -1, x0.unsqueeze(-1)).squeeze(-1)
-            elif remasking == "random":
-                x0_p = torch.rand(x0.shape, generator=gen, dtype=torch.float64)
-            else:
-                raise ValueError(remasking)
-            x0_p[:, e:] = -np.inf
-            x0 = torch.where(mask_index, x0, x)
-            confidence = torch.where(mask_index, x0_p, torch.full_like(x0_p, -np.inf))
-            transfer = torch.zeros_like(x0, dtype=torch.bool)
-            for j in range(B):
-                k = int(num_transfer[j, i])
-                if k > 0:
-                    _, idx = torch.topk(confidence[j], k=k)
-                    transfer[j, idx] = True
-            x[transfer] = x0[transfer]
-    return x
+def generate(model, prompt_ids, gen_length=16, block_length=16, steps=16, temperature=0.0,
+             remasking="low_confidence"):
+    """LLaDA reference decoding of one prompt (list of ids); returns the gen_length generated ids.
+    The settings are a generation_config.json's; the reference decoder is deterministic, so only
+    temperature 0 with low-confidence remasking exists."""
+    if temperature != 0 or remasking != "low_confidence":
+        raise SystemExit(f"the reference eval decodes at temperature 0 with low_confidence remasking, "
+                         f"not temperature {temperature} / {remasking}")
+    tokens, _, _ = llada_generate(TorchLogits(model), prompt_ids, gen_length, block_length, steps,
+                                  mask_id=MASK_ID, eos=EOS_ID)
+    return tokens
 
 
 @torch.no_grad()
@@ -144,12 +115,11 @@ def task_eval(model, tok, rows, gen_cfg):
     for P, idxs in sorted(groups.items()):
         for c in range(0, len(idxs), 64):
             chunk = idxs[c:c + 64]
-            prompt = torch.tensor([enc[i] for i in chunk], dtype=torch.long)
             if cfg.causal:
+                prompt = torch.tensor([enc[i] for i in chunk], dtype=torch.long)
                 outs = generate_ar(model, prompt, gen_cfg["gen_length"], stop_ids)
             else:
-                full = generate(model, prompt, **gen_cfg)
-                outs = [full[j, P:].tolist() for j in range(len(chunk))]
+                outs = [generate(model, enc[i], **gen_cfg) for i in chunk]
             for j, i in enumerate(chunk):
                 gen_ids[i] = outs[j]
                 preds[i] = extract_answer(tok, outs[j], stop_ids)
@@ -163,7 +133,7 @@ def task_eval(model, tok, rows, gen_cfg):
     return acc, preds, gen_ids
 
 
-def write_test_prose(tok, n_windows=48, seq_len=128, ratios=(0.15, 0.5), seed=0):
+def write_test_prose(tok, path, n_windows=48, seq_len=128, ratios=(0.15, 0.5), seed=0):
     """Held-out prose windows (test split) with fixed mask positions, shared with the Rust bench."""
     ids = []
     for doc in data.prose_documents("test"):
@@ -180,16 +150,16 @@ def write_test_prose(tok, n_windows=48, seq_len=128, ratios=(0.15, 0.5), seed=0)
     doc = {"note": "test-split Gutenberg windows (models/train/eval.py write_test_prose); token ids of "
                    "models/tiny-llada/tokenizer.json; masked positions per mask ratio",
            "seq_len": seq_len, "windows": windows, "masked_positions": masks}
-    with open(PROSE_PATH, "w") as f:
+    with open(path, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
         f.write("\n")
     return doc
 
 
-def load_test_prose(tok):
-    if os.path.exists(PROSE_PATH):
-        return json.load(open(PROSE_PATH))
-    return write_test_prose(tok)
+def load_test_prose(tok, path=DEFAULT_PROSE):
+    if os.path.exists(path):
+        return json.load(open(path))
+    return write_test_prose(tok, path)
 
 
 @torch.no_grad()
@@ -233,9 +203,14 @@ def reference_forward(model, tok, prompt, gen_length):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=os.path.join(data.MODELS, "tiny-llada"))
-    ap.add_argument("--data", default=os.path.join(data.DATA_DIR, "test.jsonl"))
+    ap = argparse.ArgumentParser(description="PyTorch reference eval of an embedded model (see the module docstring).")
+    ap.add_argument("--model", default=os.path.join(paths.MODELS, "tiny-llada"))
+    ap.add_argument("--data", default=os.path.join(paths.DATA_DIR, "test.jsonl"), help="held-out task set (jsonl)")
+    ap.add_argument("--prose", default=DEFAULT_PROSE,
+                    help="held-out prose windows (written from the corpus when missing)")
+    ap.add_argument("--corpus", default=None,
+                    help="Gutenberg corpus folder, only read to write --prose (default: $UNMASK_CORPUS_DIR or "
+                         "shared/data/corpus/gutenberg beside the repository)")
     ap.add_argument("--n-per-task", type=int, default=50)
     ap.add_argument("--gen-length", type=int, default=None)
     ap.add_argument("--block-length", type=int, default=None)
@@ -244,6 +219,8 @@ def main():
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--tag", default="")
     args = ap.parse_args()
+    if args.corpus:
+        data.set_corpus_dir(args.corpus)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
 
@@ -266,11 +243,11 @@ def main():
     acc, preds, gen_ids = task_eval(model, tok, sel, gen_cfg)
     t_task = time.time() - t0
     t0 = time.time()
-    prose = prose_eval(model, load_test_prose(tok))
+    prose = prose_eval(model, load_test_prose(tok, args.prose))
     t_prose = time.time() - t0
-    result = {"model": os.path.relpath(os.path.abspath(args.model), os.path.dirname(data.MODELS)),
+    result = {"model": paths.rel(args.model),
               "arch": model.cfg.arch, "params": model.num_params(),
-              "data": os.path.relpath(args.data, data.MODELS),
+              "data": os.path.relpath(os.path.abspath(args.data), paths.MODELS),
               "gen_config": gen_cfg, "n_examples": len(sel), "task_exact_match": acc,
               ("prose_perplexity" if model.cfg.causal else "prose_masked_token"): prose,
               "seconds": {"tasks": round(t_task, 1), "prose": round(t_prose, 1)}}

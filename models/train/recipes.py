@@ -21,7 +21,7 @@ and run in forwards of 16 (little padding); only masked positions go through the
 OPTIM = """AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices except the input embedding), linear
 warmup then cosine to 5 % of the peak lr, grad clip 1.0, f32, 1 torch thread,
 `torch.set_flush_denormal(True)`; checkpoints (model + optimizer + step + RNG) every 100 steps in
-`/work/ckpt/<model>/last.pt`, `--resume` continues with the exact data order (batch contents and
+`models/ckpt/<model>/last.pt` (git-ignored; `--ckpt-dir`), `--resume` continues with the exact data order (batch contents and
 masks are a function of (seed, step))."""
 
 
@@ -66,7 +66,7 @@ RECIPES = {
         "intro": """A tiny masked-diffusion language model with the **LLaDA architecture and weight layout**,
 trained on CPU by `models/train/`. It is what `unmask chat` runs with no network and the
 instrument the decoding and NPU work is measured on. Size: 4.45 M parameters, chosen for steps
-per second on the 2-core CPU (below the 10-25 M the issue suggests).""",
+per second on the 2-core CPU (below the 10-25 M first planned).""",
         "arch_note": """Initialisation: **AR-to-diffusion adaptation** (as Dream initialises from an AR model, here
 without logit shift so the LLaDA layout and decoding stay exact). The dLLM trained from scratch in
 earlier sessions (4,910 steps of the objective below) never learned to use its prompt: a further
@@ -94,16 +94,16 @@ Start from the final tiny-ar (`models/tiny-ar`, its card):
 
 ```sh
 M="add=0.45,reverse=0.15,sub=0.1,sort=0.08,copy=0.05,kv=0.05,count=0.04,next=0.04,continue=0.04"
-python models/train/upcycle.py --to llada --dense models/tiny-ar --out /work/ckpt/dllm-from-ar2
-A="--arch llada --init-from /work/ckpt/dllm-from-ar2 --out models/tiny-llada --chat 64 --prose1 2 --pt1 4 --prose2 2 --sft-frac 0.8 --mix $M --lr 1e-3 --warmup 100 --seed 4 --eval-every 500 --log-every 50 --ckpt-every 250"
-python models/train/train.py $A --steps 4000 --threads 2
-python models/train/eval.py --model models/tiny-llada --n-per-task 6   # PyTorch eval + goldens for the Rust tests
+python -m models.train.upcycle --to llada --dense models/tiny-ar --out models/ckpt/dllm-from-ar2
+A="--arch llada --init-from models/ckpt/dllm-from-ar2 --out models/tiny-llada --chat 64 --prose1 2 --pt1 4 --prose2 2 --sft-frac 0.8 --mix $M --lr 1e-3 --warmup 100 --seed 4 --eval-every 500 --log-every 50 --ckpt-every 250"
+python -m models.train.train $A --steps 4000 --threads 2
+python -m models.train.eval --model models/tiny-llada --n-per-task 6   # PyTorch eval + goldens for the Rust tests
 UNMASK_QUALITY_MODELS=tiny-llada bench/run quality                      # the numbers above (our engine)
 ```
 """,
         "limits": """Tiny, briefly trained, English-only, 19th-century-and-older prose (~37 % King James Bible).
 Prose continuations are fluent-looking fragments at best (prose masked-token accuracy ~13 %;
-`continue` 0.00, `next` 0.04 exact match). **Issue targets met: 3-digit addition 1.00, list
+`continue` 0.00, `next` 0.04 exact match). **Targets met: 3-digit addition 1.00, list
 reversal 0.96** (Rust engine, 50 held-out examples each); key-value lookup (0.34) and sorting
 (0.58) remain weak. Continue it with the same code (the last command with a larger `--steps`, or on a GPU
 with `--device cuda`) for a stronger instrument.""",
@@ -158,14 +158,14 @@ draft's lr, which had learned sums quickly), cosine to 5 %: addition 0.24 -> 1.0
     "reproduce": """```sh
 M="add=0.35,reverse=0.2,sub=0.1,sort=0.08,copy=0.05,kv=0.05,count=0.05,next=0.06,continue=0.06"
 git show 5712436:models/tiny-ar/model.safetensors > /dev/null   # the starting weights (previous tiny-ar)
-A="--arch llama --init-from models/tiny-ar --out /work/stage/tiny-ar --chat 64 --prose1 2 --pt1 0 --prose2 2 --sft-frac 1.0 --mix $M --lr 1e-3 --warmup 100 --seed 3 --eval-every 500 --log-every 50 --ckpt-every 250"
-python models/train/train.py $A --steps 5000 --stop-step 1750   # (its step-1250 export started tiny-llada)
-python models/train/train.py $A --steps 3500 --resume
-cp /work/stage/tiny-ar/* models/tiny-ar/
+A="--arch llama --init-from models/tiny-ar --out models/ckpt/stage/tiny-ar --chat 64 --prose1 2 --pt1 0 --prose2 2 --sft-frac 1.0 --mix $M --lr 1e-3 --warmup 100 --seed 3 --eval-every 500 --log-every 50 --ckpt-every 250"
+python -m models.train.train $A --steps 5000 --stop-step 1750   # (its step-1250 export started tiny-llada)
+python -m models.train.train $A --steps 3500 --resume
+cp models/ckpt/stage/tiny-ar/* models/tiny-ar/
 M3="add=0.5,reverse=0.12,sub=0.1,sort=0.08,copy=0.04,kv=0.05,count=0.03,next=0.04,continue=0.04"
-python models/train/train.py --arch llama --init-from models/tiny-ar --out models/tiny-ar --steps 2800 --chat 64 --prose1 2 \\
+python -m models.train.train --arch llama --init-from models/tiny-ar --out models/tiny-ar --steps 2800 --chat 64 --prose1 2 \\
   --pt1 0 --prose2 2 --sft-frac 1.0 --mix $M3 --threads 2 --lr 1.5e-3 --warmup 50 --seed 7 --eval-every 700 --log-every 50 --ckpt-every 200
-python models/train/eval.py --model models/tiny-ar --n-per-task 6
+python -m models.train.eval --model models/tiny-ar --n-per-task 6
 UNMASK_QUALITY_MODELS=tiny-ar bench/run quality
 ```
 """,
@@ -192,10 +192,10 @@ chat examples + 2 prose windows per step, peak lr 1.5e-3 after 50 warmup steps, 
     "run": run_text("cut", "next-token losses"),
     "reproduce": """```sh
 M="add=0.35,reverse=0.2,sub=0.1,sort=0.08,copy=0.05,kv=0.05,count=0.05,next=0.06,continue=0.06"
-python models/train/upcycle.py --to draft --keep-layers 2 --dense models/tiny-ar --out /work/ckpt/draft-init
-python models/train/train.py --arch llama --init-from /work/ckpt/draft-init --steps 1500 --lr 1.5e-3 --warmup 50 \\
+python -m models.train.upcycle --to draft --keep-layers 2 --dense models/tiny-ar --out models/ckpt/draft-init
+python -m models.train.train --arch llama --init-from models/ckpt/draft-init --steps 1500 --lr 1.5e-3 --warmup 50 \\
   --chat 64 --prose1 2 --pt1 0 --prose2 2 --sft-frac 1.0 --mix $M --seed 5 --ckpt-every 250 --eval-every 500 --log-every 50 --out models/tiny-draft
-python models/train/eval.py --model models/tiny-draft --n-per-task 6
+python -m models.train.eval --model models/tiny-draft --n-per-task 6
 UNMASK_QUALITY_MODELS=tiny-draft bench/run quality
 ```
 """,
@@ -237,11 +237,11 @@ weight 0.01, two torch threads (~1.4 steps/s alone on the machine).
                     "two\ntorch threads of the 2-core machine (partly shared with a Rust benchmark run)"),
     "reproduce": """```sh
 M="add=0.45,reverse=0.15,sub=0.1,sort=0.08,copy=0.05,kv=0.05,count=0.04,next=0.04,continue=0.04"
-python models/train/upcycle.py --dense models/tiny-llada --out /work/ckpt/moe-init2
-python models/train/train.py --arch llada_moe --init-from /work/ckpt/moe-init2 --steps 2000 --threads 2 \\
+python -m models.train.upcycle --dense models/tiny-llada --out models/ckpt/moe-init2
+python -m models.train.train --arch llada_moe --init-from models/ckpt/moe-init2 --steps 2000 --threads 2 \\
   --chat 32 --prose1 2 --pt1 2 --prose2 2 --sft-frac 0.8 --mix $M --lr 1e-3 --warmup 50 --seed 5 \\
   --eval-every 250 --log-every 25 --ckpt-every 100 --out models/tiny-llada-moe
-python models/train/eval.py --model models/tiny-llada-moe --n-per-task 6
+python -m models.train.eval --model models/tiny-llada-moe --n-per-task 6
 UNMASK_QUALITY_MODELS=tiny-llada-moe bench/run quality
 ```
 """,

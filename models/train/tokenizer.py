@@ -5,20 +5,22 @@ tokenised one digit per token.  Special tokens get fixed ids 0..9 (in the
 order of data.SPECIAL_TOKENS).  Trained on train-split prose plus a sample of
 synthetic task text.
 
-Usage:  python models/train/tokenizer.py   # writes models/tiny-llada/tokenizer.json + tokenizer_config.json
+Usage (from the repository root):
+    python -m models.train.tokenizer [--out models/tiny-llada] [--corpus DIR]
+writes tokenizer.json + tokenizer_config.json + special_tokens_map.json into --out. Do not
+overwrite the shipped one: the models' weights depend on its ids.
 """
+import argparse
 import json
 import os
-import sys
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data  # noqa: E402
+from . import data, paths
 
 VOCAB_SIZE = 4096
-OUT_DIR = os.path.join(data.MODELS, "tiny-llada")
+OUT_DIR = os.path.join(paths.MODELS, "tiny-llada")
 
 
 def build(out_dir=OUT_DIR):
@@ -96,11 +98,23 @@ def load(model_dir=OUT_DIR):
     return Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
 
 
-if __name__ == "__main__":
-    tok = build()
+def main():
+    ap = argparse.ArgumentParser(description="Train the shared 4,096-token byte-level BPE tokenizer.")
+    ap.add_argument("--out", default=OUT_DIR, help="output model directory (default models/tiny-llada)")
+    ap.add_argument("--corpus", default=None,
+                    help="Gutenberg corpus folder (default: $UNMASK_CORPUS_DIR or shared/data/corpus/gutenberg "
+                         "beside the repository)")
+    a = ap.parse_args()
+    if a.corpus:
+        data.set_corpus_dir(a.corpus)
+    tok = build(a.out)
     for s in [data.chat_prompt("What is 347+586?") + data.chat_answer("933"),
               "It is a truth universally acknowledged, that a single man"]:
         enc = tok.encode(s)
         print(len(enc.ids), enc.tokens)
         assert tok.decode(enc.ids, skip_special_tokens=False) == s, tok.decode(enc.ids, skip_special_tokens=False)
     print("ok")
+
+
+if __name__ == "__main__":
+    main()

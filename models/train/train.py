@@ -21,6 +21,9 @@ Batch contents and masks are a pure function of (seed, step): --resume reproduce
 Checkpoints (f32 model + optimizer + step + rng) go to --ckpt-dir; the bf16 HF-format export to --out.
 
 Only the positions that carry loss go through the LM head (identical loss, less compute).
+
+Usage (from the repository root): python -m models.train.train --arch llada --out models/tiny-llada ...
+Paths recorded in trainer_state.json are relative to the repository when they lie inside it.
 """
 import argparse
 import csv
@@ -29,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -40,21 +42,22 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data  # noqa: E402
-from model import TinyConfig, build, load_hf, save_hf  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
+
+from . import data, paths  # noqa: E402
+from .model import TinyConfig, build, load_hf, save_hf  # noqa: E402
 
 EPS = 1e-3
 MASK_ID, EOS_ID = 2, 1
-DEFAULT_TOKENIZER = os.path.join(data.MODELS, "tiny-llada", "tokenizer.json")
+DEFAULT_TOKENIZER = os.path.join(paths.MODELS, "tiny-llada", "tokenizer.json")
+PATH_ARGS = ("ckpt_dir", "out", "tokenizer", "init_from", "corpus")
 DLLM_GEN_CFG = {"gen_length": 16, "block_length": 16, "steps": 16, "temperature": 0.0,
                 "remasking": "low_confidence"}
 AR_GEN_CFG = {"gen_length": 16, "temperature": 0.0}
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description="Train one of the tiny models (see the module docstring).")
     ap.add_argument("--arch", choices=["llada", "llama", "llada_moe"], default="llada")
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--prose1", type=int, default=12, help="prose windows per step, phase 1")
@@ -84,9 +87,13 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=data.TRAIN_SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--ckpt-dir", default=None, help="default /work/ckpt/<out dir name>")
-    ap.add_argument("--out", default=os.path.join(data.MODELS, "tiny-llada"))
+    ap.add_argument("--ckpt-dir", default=None,
+                    help="checkpoints and token caches (default models/ckpt/<out dir name>, git-ignored)")
+    ap.add_argument("--out", default=os.path.join(paths.MODELS, "tiny-llada"))
     ap.add_argument("--tokenizer", default=DEFAULT_TOKENIZER)
+    ap.add_argument("--corpus", default=None,
+                    help="Gutenberg corpus folder (default: $UNMASK_CORPUS_DIR or shared/data/corpus/gutenberg "
+                         "beside the repository)")
     ap.add_argument("--resume", action="store_true", help="resume from <ckpt-dir>/last.pt")
     ap.add_argument("--init-from", default=None, help="HF dir with model.safetensors to start from")
     ap.add_argument("--stop-at", default=None, help="UTC HH:MM; save and exit when reached")
@@ -96,7 +103,7 @@ def parse_args(argv=None):
     ap.add_argument("--ckpt-every", type=int, default=100)
     a = ap.parse_args(argv)
     if a.ckpt_dir is None:
-        a.ckpt_dir = os.path.join("/work/ckpt", os.path.basename(os.path.normpath(a.out)))
+        a.ckpt_dir = os.path.join(paths.CKPT_ROOT, os.path.basename(os.path.normpath(a.out)))
     if a.n_kv_heads is None:
         a.n_kv_heads = a.n_heads
     return a
@@ -303,6 +310,8 @@ def new_model(args, tok):
 
 def main():
     args = parse_args()
+    if args.corpus:
+        data.set_corpus_dir(args.corpus)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
@@ -372,7 +381,7 @@ def main():
         export(model, args, prior_steps + step,
                {"this_run_steps": step, "this_run_planned_steps": args.steps, "final": final,
                 "train_seconds": round(elapsed), "params": model.num_params(),
-                "args": {k: v for k, v in vars(args).items()}})
+                "args": {k: (paths.rel(v) if k in PATH_ARGS else v) for k, v in vars(args).items()}})
 
     model.train()
     t0 = time.time()

@@ -20,28 +20,31 @@ as the starting point of the AR twin; training then makes it causal.
 dLLM (AR-to-diffusion adaptation, as Dream initialises from Qwen; here without logit shift, so the
 LLaDA layout and decoding stay exact); training then makes it bidirectional and mask-predicting.
 
-Usage: python models/train/upcycle.py --dense models/tiny-llada --out /work/ckpt/moe-init
-       python models/train/upcycle.py --to llama --dense DIR --out /work/ckpt/ar-init
-       python models/train/upcycle.py --to llada --dense AR_DIR --out /work/ckpt/dllm-from-ar
+Usage (from the repository root; models/ckpt/ is git-ignored):
+       python -m models.train.upcycle --dense models/tiny-llada --out models/ckpt/moe-init
+       python -m models.train.upcycle --to llama --dense DIR --out models/ckpt/ar-init
+       python -m models.train.upcycle --to llada --dense AR_DIR --out models/ckpt/dllm-from-ar
 """
 import argparse
 import json
 import os
-import sys
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data  # noqa: E402
-from model import TinyConfig, build, load_hf, save_hf  # noqa: E402
-from tokenizers import Tokenizer  # noqa: E402
+from . import data, paths
+from .model import TinyConfig, build, load_hf, save_hf
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dense", default=os.path.join(data.MODELS, "tiny-llada"))
-    ap.add_argument("--out", default="/work/ckpt/moe-init")
+    ap = argparse.ArgumentParser(description="Initialise a model from another one (see the module docstring).")
+    ap.add_argument("--dense", default=os.path.join(paths.MODELS, "tiny-llada"), help="source model directory")
+    ap.add_argument("--out", default=os.path.join(paths.CKPT_ROOT, "moe-init"),
+                    help="output directory (default models/ckpt/moe-init, git-ignored)")
+    ap.add_argument("--corpus", default=None,
+                    help="Gutenberg corpus folder, read by --to llada_moe for the q/k norm init "
+                         "(default: $UNMASK_CORPUS_DIR or shared/data/corpus/gutenberg beside the repository)")
     ap.add_argument("--n-experts", type=int, default=8)
     ap.add_argument("--top-k", type=int, default=2)
     ap.add_argument("--noise", type=float, default=0.1, help="relative std of the expert noise")
@@ -49,6 +52,8 @@ def main():
     ap.add_argument("--to", choices=["llada_moe", "llama", "llada", "draft"], default="llada_moe")
     ap.add_argument("--keep-layers", type=int, default=2)
     a = ap.parse_args()
+    if a.corpus:
+        data.set_corpus_dir(a.corpus)
     if a.to == "llama":
         return to_llama(a)
     if a.to == "llada":
@@ -110,7 +115,7 @@ def main():
         with open(os.path.join(a.dense, f), "rb") as fi, open(os.path.join(a.out, f), "wb") as fo:
             fo.write(fi.read())
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
-        json.dump({"total_steps_trained": 0, "upcycled_from": os.path.abspath(a.dense),
+        json.dump({"total_steps_trained": 0, "upcycled_from": paths.rel(a.dense),
                    "qk_norm_init": {f"{k[0]}.{k[1]}": v for k, v in rms.items()}}, f, indent=2)
     with torch.no_grad():
         x = ids[:2]
@@ -136,7 +141,7 @@ def to_draft(a):
     save_hf(draft, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
-        json.dump({"total_steps_trained": 0, "cut_from": os.path.abspath(a.dense),
+        json.dump({"total_steps_trained": 0, "cut_from": paths.rel(a.dense),
                    "kept_layers": a.keep_layers}, f, indent=2)
     print(f"params {draft.num_params():,} -> {a.out}")
 
@@ -169,7 +174,7 @@ def to_llama(a):
     save_hf(ar, a.out, dtype=torch.float32)
     copy_tokenizer(a.dense, a.out)
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
-        json.dump({"total_steps_trained": 0, "converted_from": os.path.abspath(a.dense)}, f, indent=2)
+        json.dump({"total_steps_trained": 0, "converted_from": paths.rel(a.dense)}, f, indent=2)
     print(f"params {ar.num_params():,} -> {a.out}")
 
 
@@ -189,7 +194,7 @@ def to_llada(a):
     if os.path.exists(st):
         prior = json.load(open(st))
     with open(os.path.join(a.out, "trainer_state.json"), "w") as f:
-        json.dump({"total_steps_trained": 0, "converted_from": os.path.abspath(a.dense),
+        json.dump({"total_steps_trained": 0, "converted_from": paths.rel(a.dense),
                    "source_total_steps": prior.get("total_steps_trained")}, f, indent=2)
     print(f"params {dllm.num_params():,} -> {a.out}")
 

@@ -5,54 +5,21 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use unmask_engine::backend::vnpu::profile::DeviceProfile;
-use unmask_engine::model::{load_model, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
+use unmask_engine::run::ModelParts;
 
 use crate::error::{AppError, AppResult};
 
-/// Device profile used when a vnpu request names none.
-pub const DEFAULT_DEVICE: &str = "sm8750";
-/// Environment variable naming the folder that holds `tiny-llada/` (overrides the search).
-pub const MODELS_DIR_ENV: &str = "UNMASK_MODELS_DIR";
-/// Folder name of the embedded default model.
-pub const EMBEDDED_MODEL: &str = "tiny-llada";
+pub use unmask_engine::model::embedded::{DEFAULT_MODEL as EMBEDDED_MODEL, MODELS_DIR_ENV};
+pub use unmask_engine::run::DEFAULT_DEVICE;
 
-/// The embedded default model's folder: `$UNMASK_MODELS_DIR/tiny-llada`, else `models/tiny-llada`
-/// next to the executable or up to three folders above it (a `target/debug` build in the repo),
-/// else the repository this crate was built from.
+/// The embedded default model's folder (the engine's one search: see
+/// [`unmask_engine::model::embedded::model_roots`]).
 pub fn embedded_model_dir() -> Option<PathBuf> {
-    let ok = |d: PathBuf| d.join("config.json").is_file().then_some(d);
-    if let Some(dir) = std::env::var_os(MODELS_DIR_ENV).filter(|d| !d.is_empty()) {
-        return ok(PathBuf::from(dir).join(EMBEDDED_MODEL));
-    }
-    if let Some(exe_dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_owned)) {
-        for up in exe_dir.ancestors().take(4) {
-            for rel in ["models", "share/unmask/models", "resources/models"] {
-                if let Some(d) = ok(up.join(rel).join(EMBEDDED_MODEL)) {
-                    return Some(d);
-                }
-            }
-        }
-    }
-    ok(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("models").join(EMBEDDED_MODEL))
+    unmask_engine::model::embedded::embedded(EMBEDDED_MODEL)
 }
 
-/// A loaded model's parts that decoding needs.
-pub struct Loaded {
-    pub transformer: Arc<Transformer>,
-    pub tokenizer: TextTokenizer,
-    pub template: ChatTemplate,
-    pub generation: GenerationDefaults,
-}
-
-impl Loaded {
-    /// Token ids that end an answer (EOS/EOT/pad/BOS and the template's stop strings).
-    pub fn stop_ids(&self) -> Vec<u32> {
-        let c = &self.transformer.config;
-        let mut v: Vec<u32> = [c.eos_token_id, c.eot_token_id, c.pad_token_id, c.bos_token_id].into_iter().flatten().collect();
-        v.extend(self.template.stop_strings().iter().filter_map(|t| self.tokenizer.token_id(t)));
-        v
-    }
-}
+/// A loaded model's parts that decoding needs (shared with the engine's run sessions).
+pub type Loaded = ModelParts;
 
 /// Keeps the most recently used model in memory (weights are memory-mapped, so a reload is cheap
 /// but not free; one at a time keeps memory bounded).
@@ -72,8 +39,7 @@ impl ModelCache {
                 }
             }
         }
-        let LoadedModel { transformer, tokenizer, template, generation, .. } = load_model(path)?;
-        let loaded = Arc::new(Loaded { transformer: Arc::new(transformer), tokenizer, template, generation });
+        let loaded = Arc::new(ModelParts::load(path)?);
         let mut cur = self.current.lock().map_err(|_| AppError::internal("model cache poisoned"))?;
         *cur = Some((path.to_owned(), loaded.clone()));
         Ok(loaded)

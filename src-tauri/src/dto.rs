@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use specta::Type;
 use unmask_engine::decode::{self as engine_decode, CacheMode, DreamAlg, Remasking};
+use unmask_engine::run::{BackendSpec, SettingsOverrides, DEFAULT_DEVICE};
 
 /// Display state of one canvas position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
@@ -84,18 +85,18 @@ impl BackendChoice {
         BackendChoice { kind: BackendKind::Vnpu, device: Some(device.to_owned()) }
     }
     /// Stored form (`cpu`, `vnpu:sm8750`), used for runs and presets.
-    pub fn to_stored(&self) -> String {
+    pub fn to_spec(&self) -> BackendSpec {
         match self.kind {
-            BackendKind::Cpu => "cpu".into(),
-            BackendKind::Vnpu => format!("vnpu:{}", self.device.as_deref().unwrap_or(crate::backends::DEFAULT_DEVICE)),
+            BackendKind::Cpu => BackendSpec::Cpu,
+            BackendKind::Vnpu => BackendSpec::vnpu(self.device.as_deref().unwrap_or(DEFAULT_DEVICE)),
         }
     }
-    /// Parses the stored form; unknown strings fall back to the CPU.
-    pub fn from_stored(s: &str) -> Self {
-        match s.split_once(':') {
-            Some(("vnpu", d)) => BackendChoice::vnpu(d),
-            _ if s == "vnpu" => BackendChoice::vnpu(crate::backends::DEFAULT_DEVICE),
-            _ => BackendChoice::cpu(),
+    /// The app's choice of a recorded backend.
+    pub fn from_spec(s: &BackendSpec) -> Self {
+        match s {
+            BackendSpec::Vnpu { device } => BackendChoice::vnpu(device),
+            // The app runs the CPU and the virtual NPU; a QNN run recorded by the CLI re-runs on the CPU.
+            BackendSpec::Cpu | BackendSpec::Qnn { .. } => BackendChoice::cpu(),
         }
     }
 }
@@ -152,6 +153,27 @@ impl DecodeSettings {
     /// Engine settings for these knobs; everything the contract does not name keeps the engine
     /// default. Errors: an unknown Dream algorithm name.
     pub fn to_engine(&self) -> Result<engine_decode::DecodeSettings, String> {
+        let o = self.to_overrides()?;
+        Ok(engine_decode::DecodeSettings {
+            gen_length: self.gen_length as usize,
+            block_length: self.block_length as usize,
+            steps: self.steps as usize,
+            temperature: self.temperature,
+            remasking: o.remasking.unwrap_or(Remasking::LowConfidence),
+            cfg_scale: self.cfg_scale,
+            threshold: self.threshold,
+            cache: o.cache.unwrap_or(CacheMode::None),
+            seed: u64::from(self.seed),
+            alg: o.alg.unwrap_or(DreamAlg::Origin),
+            speculative: o.speculative,
+            revision: o.revision,
+            ..engine_decode::DecodeSettings::default()
+        })
+    }
+
+    /// What the user set, for the run pipeline to combine with the model's defaults
+    /// ([`unmask_engine::run::effective_settings`]).
+    pub fn to_overrides(&self) -> Result<SettingsOverrides, String> {
         let alg = match self.algorithm.as_deref() {
             None | Some("origin") => DreamAlg::Origin,
             Some("maskgitPlus") => DreamAlg::MaskgitPlus,
@@ -159,27 +181,27 @@ impl DecodeSettings {
             Some("entropy") => DreamAlg::Entropy,
             Some(other) => return Err(format!("unknown algorithm `{other}` (one of {})", ALGORITHMS.join(", "))),
         };
-        Ok(engine_decode::DecodeSettings {
-            gen_length: self.gen_length as usize,
-            block_length: self.block_length as usize,
-            steps: self.steps as usize,
-            temperature: self.temperature,
-            remasking: match self.remasking {
+        Ok(SettingsOverrides {
+            gen_length: Some(self.gen_length as usize),
+            block_length: Some(self.block_length as usize),
+            steps: Some(self.steps as usize),
+            temperature: Some(self.temperature),
+            remasking: Some(match self.remasking {
                 RemaskingChoice::LowConfidence => Remasking::LowConfidence,
                 RemaskingChoice::Random => Remasking::Random,
-            },
-            cfg_scale: self.cfg_scale,
+            }),
+            cfg_scale: Some(self.cfg_scale),
             threshold: self.threshold,
-            cache: match self.cache {
+            cache: Some(match self.cache {
                 CacheChoice::None => CacheMode::None,
                 CacheChoice::Prefix => CacheMode::Prefix,
                 CacheChoice::Dual => CacheMode::Dual,
-            },
-            seed: u64::from(self.seed),
-            alg,
+            }),
+            seed: Some(u64::from(self.seed)),
+            alg: Some(alg),
             speculative: self.speculative.then(Default::default),
             revision: self.revision.then(Default::default),
-            ..engine_decode::DecodeSettings::default()
+            ..SettingsOverrides::default()
         })
     }
 
@@ -518,7 +540,7 @@ mod tests {
 
     #[test]
     fn backend_stored_form_round_trips() {
-        assert_eq!(BackendChoice::from_stored(&BackendChoice::vnpu("sm8650").to_stored()), BackendChoice::vnpu("sm8650"));
-        assert_eq!(BackendChoice::from_stored("cpu"), BackendChoice::cpu());
+        assert_eq!(BackendChoice::from_spec(&BackendChoice::vnpu("sm8650").to_spec()), BackendChoice::vnpu("sm8650"));
+        assert_eq!(BackendChoice::from_spec(&"cpu".parse().unwrap()), BackendChoice::cpu());
     }
 }

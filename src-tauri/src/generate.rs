@@ -5,17 +5,15 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
-use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
-use unmask_engine::decode::{self as engine_decode, generate, trim_at_stop, CancelFlag, DecodeOutput, StepFrame};
+use unmask_engine::decode::{self as engine_decode, trim_at_stop, CancelFlag, StepFrame};
 use unmask_engine::model::ChatMessage;
-use unmask_engine::trace::LanePower;
+use unmask_engine::run::{effective_settings, stop_ids, RunOutcome as EngineRunOutcome, Session};
 use unmask_engine::EngineError;
-use unmask_store::{MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord, StoredTimeline};
+use unmask_store::{recorded_outcome, MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord};
 
-use crate::backends::{self, Loaded};
+use crate::backends::Loaded;
 use crate::batcher::FrameBatcher;
-use crate::dto::{BackendChoice, BackendKind, FrameDelta, GenerateEvent, GenerateRequest, RunSummary, TokenView};
+use crate::dto::{BackendChoice, FrameDelta, GenerateEvent, GenerateRequest, RunSummary, TokenView};
 use crate::error::{AppError, AppResult};
 use crate::runs::summary_of;
 use crate::sink::EventSink;
@@ -61,9 +59,11 @@ impl AppState {
             return Err(AppError::invalid("the prompt is empty"));
         }
         let model = self.resolve_model(req.model_id).await?;
-        let settings = req.settings.to_engine().map_err(AppError::invalid)?;
-        settings.validate()?;
         let loaded = self.load(&model).await?;
+        // The one settings rule of every front end: the user's choices over the model's defaults.
+        let overrides = req.settings.to_overrides().map_err(AppError::invalid)?;
+        let settings = effective_settings(&loaded.transformer.config, &loaded.generation, &overrides);
+        settings.validate()?;
 
         let conv = match req.conversation_id {
             Some(id) => self.store.get_conversation(id).await?,
@@ -121,7 +121,7 @@ impl AppState {
     ) -> AppResult<RunRecord> {
         // Before the run is recorded or anything is sized by the request (AR models included).
         engine_decode::check_request(&loaded.transformer.config, &ids, &settings)?;
-        let new = NewRun::new(model, &backend.to_stored(), prompt, settings.clone());
+        let new = NewRun::new(model, &backend.to_spec(), prompt, settings.clone());
         let mut rec = self.store.start_run(new).await?;
         let run_id = rec.id();
         let prompt_len = ids.len();
@@ -149,14 +149,13 @@ impl AppState {
             running.remove(&run_id);
         }
         let (mut rec, result) = joined.map_err(|e| AppError::internal(format!("decode worker: {e}")))?;
-        let stop = loaded.stop_ids();
+        let stop = stop_ids(&loaded.transformer.config, &settings, &loaded.tokenizer, &loaded.template);
         let text_of = |tokens: &[u32]| loaded.tokenizer.decode(trim_at_stop(tokens, &stop), true).trim().to_owned();
         let record = match result {
             Ok(done) => {
-                let energy_j = done.timeline.as_ref().and_then(|t| t.power.as_ref().map(|p| t.timeline.energy(p).total_j));
-                rec.set_timeline(done.timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
-                let mut outcome = RunOutcome::from_decode(&done.out, text_of(&done.out.tokens));
-                outcome.metrics.energy_mj = energy_j.map(|j| j * 1e3);
+                let (mut outcome, timeline) = recorded_outcome(&done.outcome);
+                outcome.output = done.outcome.text.trim().to_owned();
+                rec.set_timeline(timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
                 rec.finish(outcome).await?
             }
             Err(Failure { error: EngineError::Cancelled, partial, frames }) => {
@@ -182,8 +181,7 @@ impl AppState {
 
 /// What a finished decode hands back to the async side.
 struct Done {
-    out: DecodeOutput,
-    timeline: Option<StoredTimeline>,
+    outcome: EngineRunOutcome,
     frames: Vec<StepFrame>,
 }
 
@@ -227,29 +225,15 @@ impl DecodeJob {
             }
             ControlFlow::Continue(())
         };
-        let result = match self.backend.kind {
-            BackendKind::Cpu => {
-                let mut b = CpuBackend::new(self.loaded.transformer.clone());
-                generate(&mut b, &self.ids, &self.settings, &self.cancel, &mut on_frame).map(|o| (o, None))
-            }
-            BackendKind::Vnpu => {
-                let device = self.backend.device.as_deref().unwrap_or(backends::DEFAULT_DEVICE);
-                match backends::device_profile(device) {
-                    Err(e) => Err(EngineError::InvalidRequest(e.message)),
-                    Ok(profile) => VirtualNpu::new(self.loaded.transformer.clone(), profile, VnpuConfig::default())
-                        .and_then(|mut npu| {
-                            let out = generate(&mut npu, &self.ids, &self.settings, &self.cancel, &mut on_frame)?;
-                            let power = LanePower::from_profile(npu.profile());
-                            Ok((out, Some(StoredTimeline { timeline: npu.timeline(), power: Some(power) })))
-                        }),
-                }
-            }
-        };
+        // The same session type the CLI runs through: backend built from its spec, request
+        // checked, answer cut at the stop tokens, timeline sliced.
+        let result = Session::open(self.loaded.clone(), &self.backend.to_spec())
+            .and_then(|mut session| session.run(&self.ids, &self.settings, &self.cancel, &mut on_frame));
         if let Some(batch) = batcher.finish() {
             let _ = self.sink.send(GenerateEvent::Frames { frames: batch });
         }
         match result {
-            Ok((out, timeline)) => Ok(Done { out, timeline, frames }),
+            Ok(outcome) => Ok(Done { outcome, frames }),
             Err(error) => Err(Failure { error, partial, frames }),
         }
     }

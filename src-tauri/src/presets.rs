@@ -58,7 +58,7 @@ pub async fn ensure_builtin(store: &Store) -> AppResult<()> {
                     description: description.into(),
                     settings,
                     system_prompt: None,
-                    backend: Some(backend.to_stored()),
+                    backend: Some(backend.to_spec()),
                 })
                 .await?;
         }
@@ -71,7 +71,7 @@ fn view(p: &unmask_store::Preset) -> Preset {
         id: p.id,
         name: p.name.clone(),
         settings: DecodeSettings::from_engine(&p.settings),
-        backend: BackendChoice::from_stored(p.backend.as_deref().unwrap_or("cpu")),
+        backend: BackendChoice::from_spec(p.backend.as_ref().unwrap_or(&unmask_engine::run::BackendSpec::Cpu)),
         builtin: is_builtin(&p.name),
     }
 }
@@ -96,14 +96,14 @@ impl AppState {
         let engine = settings.to_engine().map_err(AppError::invalid)?;
         engine.validate()?;
         if backend.kind == crate::dto::BackendKind::Vnpu {
-            crate::backends::device_profile(backend.device.as_deref().unwrap_or(crate::backends::DEFAULT_DEVICE))?;
+            crate::backends::device_profile(backend.device.as_deref().unwrap_or(unmask_engine::run::DEFAULT_DEVICE))?;
         }
         let new = NewPreset {
             name: name.into(),
             description: String::new(),
             settings: engine,
             system_prompt: None,
-            backend: Some(backend.to_stored()),
+            backend: Some(backend.to_spec()),
         };
         let p = match self.store.preset_by_name(name).await? {
             Some(old) => self.store.update_preset(old.id, &new).await?,

@@ -23,7 +23,7 @@ pub fn summary_of(r: &RunRecord) -> RunSummary {
     RunSummary {
         id: r.id,
         model_name: r.model_name.clone(),
-        backend: r.backend.clone(),
+        backend: r.backend.to_string(),
         prompt: r.prompt.clone(),
         output: r.output.clone().unwrap_or_default(),
         status: match r.status {
@@ -148,7 +148,7 @@ impl AppState {
         let mut out = Vec::new();
         for &pid in preset_ids {
             let preset = self.store.get_preset(pid).await?;
-            let backend = BackendChoice::from_stored(preset.backend.as_deref().unwrap_or("cpu"));
+            let backend = BackendChoice::from_spec(preset.backend.as_ref().unwrap_or(&unmask_engine::run::BackendSpec::Cpu));
             let rec = self
                 .decode_run(&model, loaded.clone(), ids.clone(), prompt, preset.settings.clone(), &backend, Arc::new(NullSink), None)
                 .await?;

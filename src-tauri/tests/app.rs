@@ -86,11 +86,13 @@ async fn generate_streams_frames_records_the_run_and_survives_a_reopen() {
         };
         assert_eq!(canvas, prompt_tokens + 32);
         let frames = frames_of(&events);
-        // Every step arrives once, in order, and the last one shows the whole answer committed.
+        // Every step arrives once, in order, and the last one shows every block that ran fully
+        // committed (decoding stops after a block that ends in EOS, as the CLI does).
         let steps: Vec<u32> = frames.iter().map(|f| f.step).collect();
         assert_eq!(steps, (0..frames.len() as u32).collect::<Vec<_>>());
         assert_eq!(frames.len() as u64, summary.steps);
-        assert_eq!(frames.last().map(|f| f.committed_total), Some(32));
+        let committed = frames.last().map(|f| f.committed_total).unwrap_or(0);
+        assert!(committed > 0 && committed <= 32 && committed % 16 == 0, "committed {committed}");
         for f in &frames {
             for c in &f.changes {
                 assert!(c.pos >= prompt_tokens && c.pos < canvas, "{c:?}");

@@ -46,7 +46,7 @@ pub use moe::MoeCalibration;
 pub use paths::{default_data_dir, safe_relative_path, DATABASE_FILE, DATA_DIR_ENV, MODELS_DIR};
 pub use presets::{NewPreset, Preset};
 pub use recorder::{RunRecorder, TraceBatching};
-pub use runs::{NewRun, RunComparison, RunMetrics, RunOutcome, RunRecord, RunStatus, SettingDiff, StoredTimeline};
+pub use runs::{recorded_outcome, NewRun, RunComparison, RunMetrics, RunOutcome, RunRecord, RunStatus, SettingDiff, StoredTimeline};
 pub use tokio_util::sync::CancellationToken;
 
 /// Row id of a model.

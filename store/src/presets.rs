@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use unmask_engine::decode::DecodeSettings;
+use unmask_engine::run::BackendSpec;
 
 use crate::error::{Result, StoreError};
 use crate::{now_ms, PresetId, Store, UnixMillis};
@@ -17,7 +18,7 @@ pub struct Preset {
     /// System prompt for chats that use the preset.
     pub system_prompt: Option<String>,
     /// Backend and device (`cpu`, `vnpu:sm8750`), if the preset fixes one.
-    pub backend: Option<String>,
+    pub backend: Option<BackendSpec>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
 }
@@ -29,7 +30,7 @@ pub struct NewPreset {
     pub description: String,
     pub settings: DecodeSettings,
     pub system_prompt: Option<String>,
-    pub backend: Option<String>,
+    pub backend: Option<BackendSpec>,
 }
 
 struct PresetRow {
@@ -53,7 +54,7 @@ impl TryFrom<PresetRow> for Preset {
             name: r.name,
             description: r.description,
             system_prompt: r.system_prompt,
-            backend: r.backend,
+            backend: r.backend.as_deref().map(BackendSpec::from_recorded),
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -75,6 +76,7 @@ impl Store {
             return Err(StoreError::InvalidRequest(format!("a preset named `{}` already exists", p.name)));
         }
         let settings = serde_json::to_string(&p.settings).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let backend = p.backend.as_ref().map(|b| b.to_string());
         let now = now_ms();
         let id = sqlx::query_scalar!(
             r#"INSERT INTO presets (name, description, settings_json, system_prompt, backend, created_at, updated_at)
@@ -83,7 +85,7 @@ impl Store {
             p.description,
             settings,
             p.system_prompt,
-            p.backend,
+            backend,
             now,
             now
         )
@@ -101,6 +103,7 @@ impl Store {
             }
         }
         let settings = serde_json::to_string(&p.settings).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let backend = p.backend.as_ref().map(|b| b.to_string());
         let now = now_ms();
         let r = sqlx::query!(
             r#"UPDATE presets SET name = ?, description = ?, settings_json = ?, system_prompt = ?, backend = ?,
@@ -110,7 +113,7 @@ impl Store {
             p.description,
             settings,
             p.system_prompt,
-            p.backend,
+            backend,
             now,
             id
         )

@@ -90,12 +90,13 @@ impl Store {
                 return Err(StoreError::not_found("model", mid));
             }
         }
+        let backend = new.backend.to_string();
         let id = sqlx::query_scalar!(
             r#"INSERT INTO runs (model_id, model_name, backend, prompt, settings_json, status, started_at, owner)
                VALUES (?, ?, ?, ?, ?, 'running', ?, ?) RETURNING id AS "id!""#,
             new.model_id,
             new.model_name,
-            new.backend,
+            backend,
             new.prompt,
             settings,
             now,

@@ -9,6 +9,7 @@ use flate2::write::DeflateEncoder;
 use flate2::Compression;
 use serde::{Deserialize, Serialize};
 use unmask_engine::decode::{DecodeOutput, DecodeSettings, StepFrame};
+use unmask_engine::run::BackendSpec;
 use unmask_engine::trace::{LanePower, Timeline};
 
 use crate::error::{Result, StoreError};
@@ -110,6 +111,19 @@ impl RunOutcome {
     }
 }
 
+/// What the store keeps of an engine run: the outcome row (answer text, the answer's tokens,
+/// metrics with the energy of its timeline) and the timeline itself, if the backend kept one.
+pub fn recorded_outcome(o: &unmask_engine::run::RunOutcome) -> (RunOutcome, Option<StoredTimeline>) {
+    let mut outcome = RunOutcome::from_decode(&o.output, o.text.clone());
+    // Answer tokens only: EOS padding after the answer is not output.
+    outcome.metrics.tokens_per_forward = Some(o.answer_tokens_per_forward());
+    let timeline = o.timeline.as_ref().map(|t| StoredTimeline { timeline: t.timeline.clone(), power: Some(t.power.clone()) });
+    if let Some(t) = &o.timeline {
+        outcome.metrics.energy_mj = Some(t.timeline.energy(&t.power).total_j * 1e3);
+    }
+    (outcome, timeline)
+}
+
 /// What a new run is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewRun {
@@ -117,19 +131,19 @@ pub struct NewRun {
     pub model_id: Option<ModelId>,
     /// Display name of the model (kept when the model is deleted).
     pub model_name: String,
-    /// Backend and device (`cpu`, `vnpu:sm8750`).
-    pub backend: String,
+    /// Backend and device (`cpu`, `vnpu:sm8750`); stored as its one spelling.
+    pub backend: BackendSpec,
     pub prompt: String,
     pub settings: DecodeSettings,
 }
 
 impl NewRun {
     /// A run of a registered model.
-    pub fn new(model: &ModelRecord, backend: &str, prompt: &str, settings: DecodeSettings) -> Self {
+    pub fn new(model: &ModelRecord, backend: &BackendSpec, prompt: &str, settings: DecodeSettings) -> Self {
         NewRun {
             model_id: Some(model.id),
             model_name: model.name.clone(),
-            backend: backend.to_owned(),
+            backend: backend.clone(),
             prompt: prompt.to_owned(),
             settings,
         }
@@ -142,7 +156,7 @@ pub struct RunRecord {
     pub id: RunId,
     pub model_id: Option<ModelId>,
     pub model_name: String,
-    pub backend: String,
+    pub backend: BackendSpec,
     pub prompt: String,
     pub settings: DecodeSettings,
     pub status: RunStatus,
@@ -247,7 +261,7 @@ impl TryFrom<RunRow> for RunRecord {
             id: r.id,
             model_id: r.model_id,
             model_name: r.model_name,
-            backend: r.backend,
+            backend: BackendSpec::from_recorded(&r.backend),
             prompt: r.prompt,
             settings,
             status: RunStatus::parse(&r.status)?,

@@ -20,7 +20,7 @@ fn new_run(seed: u64) -> NewRun {
     NewRun {
         model_id: None,
         model_name: format!("synthetic-{seed}"),
-        backend: "cpu".into(),
+        backend: unmask_engine::run::BackendSpec::Cpu,
         prompt: format!("prompt {seed}"),
         settings: DecodeSettings { seed, ..Default::default() },
     }

@@ -178,7 +178,7 @@ async fn decode_and_record(
     settings: DecodeSettings,
 ) -> (unmask_store::RunRecord, Vec<StepFrame>) {
     let path = store.model_path(model);
-    let mut rec = store.start_run(NewRun::new(model, "cpu", prompt, settings.clone())).await.unwrap();
+    let mut rec = store.start_run(NewRun::new(model, &unmask_engine::run::BackendSpec::Cpu, prompt, settings.clone())).await.unwrap();
     let prompt = prompt.to_owned();
     let (rec, out, text, seen) = tokio::task::spawn_blocking(move || {
         let loaded = load_model(&path).unwrap();
@@ -252,7 +252,7 @@ async fn failed_cancelled_runs_and_timelines() {
     let new = |seed| NewRun {
         model_id: None,
         model_name: "ad-hoc".into(),
-        backend: "vnpu:sm8750".into(),
+        backend: unmask_engine::run::BackendSpec::vnpu("sm8750"),
         prompt: "p".into(),
         settings: DecodeSettings { seed, ..Default::default() },
     };
@@ -325,7 +325,7 @@ async fn remove_model_deletes_its_files_and_keeps_history() {
     let copied = store.import_model(&copy_model(src.path()), None, false).await.unwrap();
     let in_place = store.import_model(&tiny_llada_gguf(), Some("llama"), true).await.unwrap();
     store.put_moe_calibration(copied.id, "experts", &serde_json::json!({"freq": [1, 2]})).await.unwrap();
-    let mut rec = store.start_run(NewRun::new(&copied, "cpu", "p", DecodeSettings::default())).await.unwrap();
+    let mut rec = store.start_run(NewRun::new(&copied, &unmask_engine::run::BackendSpec::Cpu, "p", DecodeSettings::default())).await.unwrap();
     rec.record(&frames(0, 1)[0]);
     let run = rec.finish(RunOutcome::default()).await.unwrap();
     let conv = store
@@ -403,10 +403,10 @@ async fn presets_crud() {
         description: "threshold decoding".into(),
         settings: DecodeSettings { threshold: Some(0.9), ..Default::default() },
         system_prompt: Some("Be brief.".into()),
-        backend: Some("vnpu:sm8750".into()),
+        backend: Some(unmask_engine::run::BackendSpec::vnpu("sm8750")),
     };
     let p = store.create_preset(&fast).await.unwrap();
-    assert_eq!((p.name.as_str(), p.settings.threshold, p.backend.as_deref()), ("fast", Some(0.9), Some("vnpu:sm8750")));
+    assert_eq!((p.name.as_str(), p.settings.threshold, p.backend.as_ref().map(|b| b.to_string())), ("fast", Some(0.9), Some("vnpu:sm8750".to_string())));
     assert!(matches!(store.create_preset(&fast).await, Err(StoreError::InvalidRequest(_))));
     let q = store.create_preset(&NewPreset { name: "exact".into(), ..Default::default() }).await.unwrap();
     assert_eq!(
@@ -444,7 +444,7 @@ async fn conversations_and_messages() {
         .start_run(NewRun {
             model_id: None,
             model_name: "m".into(),
-            backend: "cpu".into(),
+            backend: unmask_engine::run::BackendSpec::Cpu,
             prompt: "2+2".into(),
             settings: Default::default(),
         })
@@ -566,7 +566,7 @@ fn public_futures_are_send(store: &Store, cancel: &unmask_store::CancellationTok
     send(&store.start_run(NewRun {
         model_id: None,
         model_name: String::new(),
-        backend: String::new(),
+        backend: unmask_engine::run::BackendSpec::Cpu,
         prompt: String::new(),
         settings: DecodeSettings::default(),
     }));

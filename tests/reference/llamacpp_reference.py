@@ -9,7 +9,7 @@ checked by engine/tests/gguf_llamacpp.rs.
     cargo build -p unmask-cli            # or pass existing GGUFs (f32, q8_0) as arguments
     python tests/reference/llamacpp_reference.py [tiny-llada-f32.gguf tiny-llada-q8_0.gguf]
 
-Without arguments the GGUFs are exported to /tmp with `unmask models export` (binary from
+Without arguments the GGUFs are exported into the cargo target folder with `unmask models export` (binary from
 $UNMASK_BIN, default $CARGO_TARGET_DIR/debug/unmask or target/debug/unmask).
 """
 import os
@@ -47,8 +47,9 @@ def sequences():
 
 
 def export(dtype):
-    path = f"/tmp/tiny-llada-{dtype.replace('-', '_')}.gguf"
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    os.makedirs(target, exist_ok=True)
+    path = os.path.join(target, f"tiny-llada-{dtype.replace('-', '_')}.gguf")
     exe = os.environ.get("UNMASK_BIN", os.path.join(target, "debug", "unmask"))
     subprocess.run([exe, "models", "export", "--model", MODEL, path, "--dtype", dtype], check=True)
     return path

@@ -3,7 +3,7 @@
 
 Usage (from the repository root, venv as in tests/reference/README.md):
 
-    /work/venv/bin/python tests/reference/make_quant_vectors.py
+    .venv/bin/python tests/reference/make_quant_vectors.py
 
 For each type in Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, F16, BF16 it writes
   quant/<TYPE>.gguf         tensor `w` [4, 512] stored in <TYPE> (GGUF ne = [512, 4]);

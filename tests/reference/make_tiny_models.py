@@ -4,10 +4,10 @@ record reference logits, so the Rust engine can be tested without PyTorch.
 
 Usage (from the repository root):
 
-    python3 -m venv /work/venv
-    /work/venv/bin/pip install torch transformers safetensors numpy gguf
-    /work/venv/bin/python tests/reference/make_tiny_models.py            # all models
-    /work/venv/bin/python tests/reference/make_tiny_models.py llada qwen3 # a subset
+    python3 -m venv .venv
+    .venv/bin/pip install torch transformers safetensors numpy gguf
+    .venv/bin/python tests/reference/make_tiny_models.py            # all models
+    .venv/bin/python tests/reference/make_tiny_models.py llada qwen3 # a subset
 
 Writes `tests/golden/<name>/{config.json, model.safetensors, golden.safetensors}` for
 name in llada, dream, llada_moe, llama, qwen2, qwen3, plus the GGUF export of the tiny

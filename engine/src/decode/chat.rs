@@ -59,14 +59,9 @@ impl ChatSession {
         tokenizer.encode(&self.template.render(&self.messages, true))
     }
 
-    /// Ids that end an assistant turn: the model's EOS/EOT plus the template's stop strings.
+    /// Ids that end an assistant turn (see [`crate::run::stop_ids`]).
     pub fn stop_ids(&self, backend: &dyn Backend, tokenizer: &TextTokenizer) -> Vec<u32> {
-        let cfg = backend.config();
-        let mut ids: Vec<u32> = [self.settings.eos_id(cfg), self.settings.eot_id(cfg)].into_iter().flatten().collect();
-        ids.extend(self.template.stop_strings().iter().filter_map(|s| tokenizer.token_id(s)));
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+        crate::run::stop_ids(backend.config(), &self.settings, tokenizer, &self.template)
     }
 
     /// Adds `user_text`, decodes the reply (streaming frames), appends it and returns it. On error
@@ -102,11 +97,7 @@ impl ChatSession {
     ) -> Result<ChatReply> {
         let prompt = self.prompt_ids(tokenizer)?;
         let stop = self.stop_ids(backend, tokenizer);
-        let mut settings = self.settings.clone();
-        if settings.eot_token_id.is_none() && backend.config().eot_token_id.is_none() {
-            // LLaDA's config has no EOT id; its tokenizer does, and chat.py treats it as EOT.
-            settings.eot_token_id = self.template.stop_strings().first().and_then(|s| tokenizer.token_id(s));
-        }
+        let settings = self.settings.clone();
         let output = if backend.config().arch.is_diffusion() {
             super::generate_dyn(backend, &prompt, &settings, cancel, on_frame)?
         } else {

@@ -1,4 +1,4 @@
-//! The NPU-aware decoding loop (issue 6): a sliding execution window with multi-block
+//! The NPU-aware decoding loop: a sliding execution window with multi-block
 //! speculative lookahead ([`super::speculative`], sized by [`super::window`]) on the dense path,
 //! and progressive revision ([`super::revision`]) on a concurrent CPU path.
 //!

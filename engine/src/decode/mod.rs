@@ -24,7 +24,7 @@
 //! (shifted logits) [`dream`]'s, causal models [`ar`]. `settings.threshold` switches the transfer
 //! rule to [`threshold`]; `settings.cache` picks the [`cache`] mode.
 //!
-//! NPU-aware decoding (issue 6): `settings.speculative` / `settings.revision` route LLaDA-style
+//! NPU-aware decoding: `settings.speculative` / `settings.revision` route LLaDA-style
 //! models to [`dual_path`] (sliding bucket-padded window, [`speculative`] drafts, [`revision`]
 //! on a concurrent CPU path; see [`window`] and [`tiled_kv`]).
 
@@ -95,7 +95,7 @@ pub fn generate_dyn(
         return ar::generate_ar(backend, prompt, settings, cancel, on_frame);
     }
     settings.validate_for(&cfg, prompt)?;
-    // NPU-aware decoding hook (issue 6): speculative windows / progressive revision.
+    // NPU-aware decoding: speculative windows / progressive revision.
     if dual_path::is_enabled(settings) {
         return dual_path::run(backend, prompt, settings, cancel, on_frame).map(|(out, _)| out);
     }

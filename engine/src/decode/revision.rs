@@ -32,7 +32,8 @@ use crate::model::{ForwardRequest, KvCache, KvMode};
 
 /// How the dense path and the CPU path share (simulated) time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CpuPathSchedule {
     /// The dense path never waits: a job starts only when the CPU path is idle, may span several
     /// dense steps, and its verdicts land at the first step boundary after its simulated end.

@@ -5,15 +5,20 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 use crate::model::ModelConfig;
 
-// NPU-aware decoding hook (issue 6): settings live in their own modules.
+// NPU-aware decoding: its settings live in their own modules.
 pub use super::revision::RevisionSettings;
 pub use super::speculative::SpeculativeSettings;
 
+// Every settings enum has one spelling everywhere: kebab-case in flags, recorded settings, JSON
+// and the app (older recordings wrote snake_case, still accepted).
+
 /// How LLaDA scores a predicted token (which low-scored predictions stay masked).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Remasking {
     /// Confidence = softmax probability of the chosen token.
+    #[serde(alias = "low_confidence")]
     LowConfidence,
     /// Confidence ~ U(0, 1) from the seeded RNG.
     Random,
@@ -21,7 +26,8 @@ pub enum Remasking {
 
 /// KV caching between denoising steps (Fast-dLLM).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CacheMode {
     /// Every step is a full forward over the whole canvas.
     None,
@@ -33,17 +39,34 @@ pub enum CacheMode {
 
 /// Dream's position-selection algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum DreamAlg {
     /// Each masked position is unmasked with probability 1 − s/t (random order).
     Origin,
     /// Confidence = top-1 probability.
+    #[serde(alias = "maskgit_plus")]
     MaskgitPlus,
     /// Confidence = top-1 minus top-2 probability.
+    #[serde(alias = "topk_margin")]
     TopkMargin,
     /// Confidence = Σ p·log p (negative entropy).
     Entropy,
 }
+
+/// The enum's one spelling (as flags and recordings write it).
+macro_rules! spelled {
+    ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self { $(Self::$v => $s),* })
+            }
+        }
+    };
+}
+spelled!(Remasking { LowConfidence => "low-confidence", Random => "random" });
+spelled!(CacheMode { None => "none", Prefix => "prefix", Dual => "dual" });
+spelled!(DreamAlg { Origin => "origin", MaskgitPlus => "maskgit-plus", TopkMargin => "topk-margin", Entropy => "entropy" });
 
 /// Every knob of a decoding run. Defaults follow LLaDA's `chat.py` (and Dream's generation config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

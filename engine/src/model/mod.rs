@@ -3,6 +3,7 @@
 pub mod arch;
 pub mod chat;
 pub mod config;
+pub mod embedded;
 pub mod gguf;
 pub mod kv_cache;
 pub mod safetensors;
@@ -104,6 +105,18 @@ pub fn load_gguf_transformer_with(file: &gguf::GgufFile, kernels: KernelChoice) 
     Ok((Transformer::new(config, weights), bytes))
 }
 
+/// A model whose config names no EOT id takes its chat template's turn-end token (LLaDA's
+/// config has none, its tokenizer has `<|eot_id|>`, and its reference chat code treats it as EOT).
+fn fill_eot(config: &mut ModelConfig, tokenizer: &TextTokenizer, template: &ChatTemplate) {
+    if config.eot_token_id.is_none() {
+        config.eot_token_id = template
+            .stop_strings()
+            .first()
+            .and_then(|s| tokenizer.token_id(s))
+            .filter(|&id| (id as usize) < config.vocab);
+    }
+}
+
 /// Loads a GGUF file with its embedded tokenizer and chat template.
 fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
     if !path.exists() {
@@ -139,6 +152,8 @@ fn load_gguf_model(path: &Path) -> Result<LoadedModel> {
         });
     }
     let template = gguf::tokenizer::chat_template_from_gguf(&file, transformer.config.arch);
+    let mut transformer = transformer;
+    fill_eot(&mut transformer.config, &tokenizer, &template);
     Ok(LoadedModel {
         path: path.to_owned(),
         transformer,
@@ -175,5 +190,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
         GenerationDefaults::default()
     };
     let template = ChatTemplate::for_arch(transformer.config.arch);
+    let mut transformer = transformer;
+    fill_eot(&mut transformer.config, &tokenizer, &template);
     Ok(LoadedModel { path: dir, transformer, tokenizer, template, generation, file_bytes })
 }

@@ -1,0 +1,94 @@
+//! Suite `robustness`: hostile and broken inputs. Runs the structured fuzzer over every parser
+//! of untrusted files and settings, the bad-input corpus against the `unmask` binary (10 s and
+//! 1 GiB per case) and the soaks (100 chat turns through one `unmask chat`, 100 generations in
+//! one process; RSS must stay flat).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use unmask_robustness::fuzz::{self, FuzzConfig};
+use unmask_robustness::{corpus, runner, soak};
+
+pub fn run(quick: bool) -> Result<Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let models = root.join("models");
+
+    // The binary first: its cases' peak RSS is read per case and must not wait behind the rest.
+    let unmask = build_unmask(&root)?;
+    eprintln!("bad-input corpus against {}", unmask.display());
+    let dir = tempfile::tempdir()?;
+    let cases = corpus::build(dir.path(), &models).context("building the bad-input corpus")?;
+    let started = Instant::now();
+    let results = runner::run_all(&unmask, &cases, runner::Limits::default());
+    let corpus_s = started.elapsed().as_secs_f64();
+    let passed = results.iter().filter(|r| r.passed).count();
+    eprintln!("{}", runner::table(&results));
+    eprintln!("{passed} of {} bad-input cases passed in {corpus_s:.1} s", results.len());
+    drop(dir);
+
+    let runs = if quick { 50 } else { 100 };
+    eprintln!("soak: {runs} chat turns through one `unmask chat`");
+    let chat = soak::chat_loop_soak(&unmask, runs);
+    eprintln!("{}", chat.summary());
+    eprintln!("soak: {runs} generations in this process");
+    let generate = soak::in_process_generate_soak(&models.join("tiny-llada"), runs);
+    eprintln!("{}", generate.summary());
+    let growth = [chat.growth, generate.growth].into_iter().fold(f64::NEG_INFINITY, f64::max);
+
+    let mut fuzz_cfg = FuzzConfig::from_env();
+    if quick {
+        fuzz_cfg.time_per_target = Duration::from_secs(1);
+    }
+    eprintln!("fuzz: {} targets, {:.0} s each", fuzz::TARGETS.len(), fuzz_cfg.time_per_target.as_secs_f64());
+    let fuzz_report = fuzz::run_all(&fuzz_cfg).context("running the fuzzer")?;
+    eprintln!("{}", fuzz_report.summary());
+
+    let failing: Vec<Value> = results
+        .iter()
+        .filter(|r| !r.passed)
+        .map(|r| json!({"name": r.name, "expected_exit": r.expected_exit, "exit": r.exit, "signal": r.signal, "why": r.why, "stderr": r.stderr_first_line}))
+        .collect();
+    Ok(json!({
+        "headline": {
+            "fuzz_execs": fuzz_report.total_execs,
+            "fuzz_crashes": fuzz_report.total_crashes,
+            "fuzz_violations": fuzz_report.total_violations,
+            "bad_inputs_passed": passed,
+            "bad_inputs_total": results.len(),
+            "soak_rss_growth": if growth.is_finite() { json!(growth) } else { Value::Null },
+            "soak_flat": chat.passed && generate.passed,
+        },
+        "fuzz": fuzz_report,
+        "bad_inputs": {
+            "limits": runner::Limits::default(),
+            "seconds": corpus_s,
+            "max_peak_rss_mib": results.iter().map(|r| r.peak_rss_mib).fold(0.0, f64::max),
+            "max_wall_s": results.iter().map(|r| r.wall_s).fold(0.0, f64::max),
+            "failing": failing,
+            "cases": results,
+        },
+        "soak": { "cli_chat_loop": chat, "in_process_generate": generate },
+    }))
+}
+
+/// Builds `unmask` (dev profile, like this harness) and returns its path next to this binary.
+fn build_unmask(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "-q", "-p", "unmask-cli", "--bin", "unmask"])
+        .current_dir(root)
+        .status()
+        .context("running cargo build for unmask")?;
+    if !status.success() {
+        bail!("cargo build -p unmask-cli failed ({status})");
+    }
+    let exe = std::env::current_exe()?;
+    let bin = exe.parent().map(|d| d.join("unmask")).context("locating the target folder")?;
+    if !bin.exists() {
+        bail!("{} missing after cargo build", bin.display());
+    }
+    Ok(bin)
+}

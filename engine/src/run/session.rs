@@ -1,0 +1,168 @@
+//! A session: one loaded model on one built backend, running generations through the one
+//! pipeline (settings → prompt → checks → decode → answer → timeline) that every front end uses.
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::backend_spec::BackendSpec;
+use super::executor::{Executor, RunTimeline};
+use super::overrides::{effective_settings, SettingsOverrides};
+use super::stop::stop_ids;
+use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
+use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
+use crate::error::Result;
+use crate::model::{load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
+
+/// A loaded model's parts that runs need, shareable between sessions (the app caches one).
+#[derive(Debug)]
+pub struct ModelParts {
+    /// The folder or `.gguf` file it was loaded from.
+    pub path: PathBuf,
+    pub transformer: Arc<Transformer>,
+    pub tokenizer: TextTokenizer,
+    pub template: ChatTemplate,
+    /// `generation_config.json` (applied under the user's overrides).
+    pub generation: GenerationDefaults,
+    /// Bytes of tensor data in the checkpoint files.
+    pub file_bytes: u64,
+}
+
+impl ModelParts {
+    /// Loads a model folder or `.gguf` file.
+    pub fn load(path: &Path) -> Result<Self> {
+        Ok(Self::from(load_model(path)?))
+    }
+}
+
+impl From<LoadedModel> for ModelParts {
+    fn from(m: LoadedModel) -> Self {
+        let LoadedModel { path, transformer, tokenizer, template, generation, file_bytes } = m;
+        ModelParts { path, transformer: Arc::new(transformer), tokenizer, template, generation, file_bytes }
+    }
+}
+
+/// What the model reads: text as is, or a conversation rendered with its chat template.
+#[derive(Debug, Clone, Copy)]
+pub enum RunPrompt<'a> {
+    Raw(&'a str),
+    Chat(&'a [ChatMessage]),
+}
+
+/// Everything one generation produced, ready to show and to record.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// The decoder's result (canvas, counts, times, stop reason).
+    pub output: DecodeOutput,
+    /// The answer's token ids, cut before the first stop token.
+    pub answer: Vec<u32>,
+    /// The answer as text (special tokens dropped).
+    pub text: String,
+    /// Answer tokens counted up to and including the first stop token (never the padding after
+    /// it): what "tokens per forward" and "tokens per second" are made of.
+    pub answer_tokens: usize,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// The run's slice of the virtual NPU timeline (simulated backends only).
+    pub timeline: Option<RunTimeline>,
+}
+
+impl RunOutcome {
+    /// Answer tokens per model forward (0 without forwards).
+    pub fn answer_tokens_per_forward(&self) -> f64 {
+        if self.output.forwards == 0 {
+            0.0
+        } else {
+            self.answer_tokens as f64 / self.output.forwards as f64
+        }
+    }
+}
+
+/// One model on one backend.
+pub struct Session {
+    model: Arc<ModelParts>,
+    backend: BackendSpec,
+    executor: Executor,
+    /// K/V of the previous prompt (causal models: a later turn forwards only its new suffix).
+    ar_cache: ArPrefixCache,
+}
+
+impl Session {
+    /// Builds `backend` for `model`.
+    pub fn open(model: Arc<ModelParts>, backend: &BackendSpec) -> Result<Self> {
+        let executor = Executor::build(backend, model.transformer.clone())?;
+        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default() })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &ModelParts {
+        &self.model
+    }
+    /// The model, shareable (e.g. with a live view that outlives a borrow of the session).
+    pub fn model_arc(&self) -> &Arc<ModelParts> {
+        &self.model
+    }
+    /// Forgets the K/V kept from earlier prompts (a conversation starts over).
+    pub fn forget_context(&mut self) {
+        self.ar_cache.clear();
+    }
+    /// The backend's spec.
+    pub fn backend(&self) -> &BackendSpec {
+        &self.backend
+    }
+    /// The built backend (for benchmarks and tests that need its internals).
+    pub fn executor(&mut self) -> &mut Executor {
+        &mut self.executor
+    }
+
+    /// The settings of a run with `user` overrides (model defaults applied), validated.
+    pub fn settings(&self, user: &SettingsOverrides) -> Result<DecodeSettings> {
+        let s = effective_settings(&self.model.transformer.config, &self.model.generation, user);
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Token ids of a prompt.
+    pub fn prompt_ids(&self, prompt: RunPrompt<'_>) -> Result<Vec<u32>> {
+        match prompt {
+            RunPrompt::Raw(text) => self.model.tokenizer.encode(text),
+            RunPrompt::Chat(messages) => self.model.tokenizer.encode(&self.model.template.render(messages, true)),
+        }
+    }
+
+    /// Checks a request before anything is sized by it (callers with buffers of their own,
+    /// such as a live canvas, call this first).
+    pub fn check(&self, prompt_ids: &[u32], settings: &DecodeSettings) -> Result<()> {
+        check_request(&self.model.transformer.config, prompt_ids, settings)
+    }
+
+    /// Ids that end an answer under `settings`.
+    pub fn stop_ids(&self, settings: &DecodeSettings) -> Vec<u32> {
+        stop_ids(&self.model.transformer.config, settings, &self.model.tokenizer, &self.model.template)
+    }
+
+    /// Runs one generation, streaming each step's frame to `on_frame` (`Break` stops it early).
+    pub fn run(
+        &mut self,
+        prompt_ids: &[u32],
+        settings: &DecodeSettings,
+        cancel: &CancelFlag,
+        on_frame: &mut dyn FnMut(&StepFrame) -> ControlFlow<()>,
+    ) -> Result<RunOutcome> {
+        self.check(prompt_ids, settings)?;
+        let mark = self.executor.timeline_mark();
+        let diffusion = self.model.transformer.config.arch.is_diffusion();
+        let backend = self.executor.as_dyn();
+        let output = if diffusion {
+            generate_dyn(backend, prompt_ids, settings, cancel, on_frame)?
+        } else {
+            generate_ar_reusing(backend, prompt_ids, settings, cancel, on_frame, &mut self.ar_cache)?
+        };
+        let stop = self.stop_ids(settings);
+        let answer = trim_at_stop(&output.tokens, &stop).to_vec();
+        let answer_tokens = (answer.len() + 1).min(output.tokens.len());
+        let text = self.model.tokenizer.decode(&answer, true);
+        let timeline = self.executor.timeline_since(mark);
+        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline })
+    }
+}
