@@ -288,9 +288,9 @@ pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, ou
             Err(e) => return Err(e),
         }
     }
-    // The exit status still tells a script that some turn was refused.
+    // The exit status still tells a script that some turn was refused (its error was shown).
     match failed {
-        Some(e) => Err(e),
+        Some(e) => Err(crate::exit::fail(crate::exit::code_of(&e), "")),
         None => Ok(()),
     }
 }

@@ -16,6 +16,7 @@ mod models_cmd;
 mod progress;
 mod record;
 mod runs_cmd;
+mod serve;
 mod trace_cmd;
 
 use std::path::PathBuf;
@@ -110,6 +111,10 @@ enum Command {
         #[command(subcommand)]
         action: runs_cmd::RunsAction,
     },
+    /// Serve models over an OpenAI-compatible HTTP API (chat and text completions, streaming,
+    /// per-step diffusion canvas); runs are recorded unless --no-record. See docs/serve.md.
+    #[command(after_help = exit::HELP)]
+    Serve(serve::ServeArgs),
     /// Export a run's trace.
     #[command(after_help = exit::HELP)]
     Trace {
@@ -140,11 +145,16 @@ fn main() -> ExitCode {
         Command::Runs { action } => runs_cmd::run(action, dd),
         Command::Trace { action } => trace_cmd::run(action, dd),
         Command::Bench(args) => bench_cmd::run(&args),
+        Command::Serve(args) => serve::run(args, dd),
     };
     match result {
         Ok(()) => ExitCode::from(exit::OK),
         Err(e) => {
-            eprintln!("error: {}", exit::one_line(&e));
+            // An empty message means the error was already shown where it happened.
+            let text = exit::one_line(&e);
+            if !text.is_empty() {
+                eprintln!("error: {text}");
+            }
             ExitCode::from(exit::code_of(&e))
         }
     }

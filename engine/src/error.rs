@@ -24,6 +24,9 @@ pub enum EngineError {
     /// A tensor has the wrong shape for the configuration.
     #[error("tensor `{name}` has shape {}, the config needs {}", dims(found), dims(expected))]
     ShapeMismatch { name: String, expected: Vec<usize>, found: Vec<usize> },
+    /// A problem with a tensor, named with the file that holds it.
+    #[error("{path}: {inner}")]
+    InFile { path: PathBuf, inner: Box<EngineError> },
     /// A weight holds NaN or infinity.
     #[error("{path}: tensor `{name}` holds the non-finite value {value} at element {index}")]
     NonFiniteWeight { path: PathBuf, name: String, index: usize, value: f32 },
@@ -81,6 +84,15 @@ impl EngineError {
     /// A corrupt-file error.
     pub fn corrupt(path: impl Into<PathBuf>, format: &'static str, reason: impl Into<String>) -> Self {
         EngineError::Corrupt { path: path.into(), format, reason: reason.into() }
+    }
+    /// Names the file `self` happened in, unless the message already names a path.
+    pub fn in_file(self, path: &std::path::Path) -> Self {
+        match self {
+            EngineError::ShapeMismatch { .. } | EngineError::UnsupportedDType { .. } => {
+                EngineError::InFile { path: path.to_owned(), inner: Box::new(self) }
+            }
+            other => other,
+        }
     }
     /// A config error.
     pub fn config(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {

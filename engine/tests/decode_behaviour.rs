@@ -315,8 +315,11 @@ fn settings_defaults_and_serde_roundtrip() {
     );
     let s = DecodeSettings { threshold: Some(0.9), cache: CacheMode::Dual, alg: DreamAlg::TopkMargin, ..d };
     let json = serde_json::to_string(&s).unwrap();
-    assert!(json.contains("\"dual\"") && json.contains("\"topk_margin\""), "{json}");
+    assert!(json.contains("\"dual\"") && json.contains("\"topk-margin\""), "{json}");
     assert_eq!(serde_json::from_str::<DecodeSettings>(&json).unwrap(), s);
+    // Recordings written before the spellings were unified still read.
+    let old = json.replace("topk-margin", "topk_margin").replace("low-confidence", "low_confidence");
+    assert_eq!(serde_json::from_str::<DecodeSettings>(&old).unwrap(), s);
     let partial: DecodeSettings = serde_json::from_str(r#"{"gen_length": 64, "remasking": "random"}"#).unwrap();
     assert_eq!((partial.gen_length, partial.block_length, partial.remasking), (64, 32, Remasking::Random));
 }
@@ -507,7 +510,9 @@ fn ar_greedy_matches_transformers_generate() {
     let g = SafetensorsSource::open(&golden("llama").join("golden.safetensors")).unwrap();
     let greedy: Vec<u32> = g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
     let mut be = cpu("llama");
-    let s = DecodeSettings { gen_length: greedy.len(), eos_token_id: Some(9999), ..Default::default() };
+    // transformers generated without stopping: an EOS id the greedy answer never produces.
+    let never = (0..be.config().vocab as u32).rev().find(|t| !greedy.contains(t)).unwrap();
+    let s = DecodeSettings { gen_length: greedy.len(), eos_token_id: Some(never), ..Default::default() };
     let (out, frames) = run(be.as_mut(), &prompt("llama", 0), &s);
     assert_eq!(out.tokens, greedy);
     assert_eq!(frames.len(), greedy.len());

@@ -193,11 +193,21 @@ pub(crate) fn fmt_version(v: &Qnn_Version_t) -> String {
     format!("{}.{}.{}", v.major, v.minor, v.patch)
 }
 
+/// The loader's message without the path it starts with (dlerror repeats the path we show).
+fn loader_reason(path: &std::path::Path, e: &libloading::Error) -> String {
+    let text = e.to_string();
+    let shown = path.display().to_string();
+    match text.find(&shown) {
+        Some(i) => text[i + shown.len()..].trim_start_matches(':').trim().to_owned(),
+        None => text,
+    }
+}
+
 /// Every failure of the bindings.
 #[derive(Debug, thiserror::Error)]
 pub enum QnnError {
     /// dlopen failed (missing file, wrong architecture, missing dependency).
-    #[error("cannot load QNN library {path}: {source}")]
+    #[error("cannot load QNN library {path}: {}", loader_reason(.path, .source))]
     LibraryLoad {
         /// Path given to the loader.
         path: PathBuf,

@@ -157,6 +157,14 @@ pub(crate) fn check_fits(cfg: &ModelConfig, prompt_len: usize, settings: &Decode
     if len > cfg.max_seq {
         return Err(EngineError::ContextOverflow { len, max: cfg.max_seq });
     }
+    for (name, id) in [("eos_token_id", settings.eos_token_id), ("eot_token_id", settings.eot_token_id)] {
+        if let Some(id) = id.filter(|&id| id as usize >= cfg.vocab) {
+            return Err(EngineError::InvalidRequest(format!(
+                "{name} {id} lies outside the model's vocabulary of {} tokens",
+                cfg.vocab
+            )));
+        }
+    }
     let need = settings.working_set_bytes(cfg, prompt_len);
     if let Some(avail) = crate::memory::host::available_bytes() {
         if need > avail as u128 {

@@ -145,7 +145,7 @@ impl ModelConfig {
 
     /// Reads `config.json` from an HF model directory or file path.
     pub fn from_hf_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        let text = super::files::read_text(path)?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("not valid JSON ({e})")))?;
         if !json.is_object() {
@@ -170,6 +170,12 @@ impl ModelConfig {
                     })?,
                 };
                 let vocab = r.opt_usize("embedding_size")?.unwrap_or(r.usize("vocab_size")?);
+                if !hidden.is_multiple_of(n_heads) {
+                    return Err(EngineError::config(
+                        path,
+                        format!("`d_model` ({hidden}) is not a multiple of `n_heads` ({n_heads})"),
+                    ));
+                }
                 ModelConfig {
                     arch,
                     hidden,
@@ -203,7 +209,16 @@ impl ModelConfig {
                 let hidden = r.positive("hidden_size")?;
                 let n_heads = r.positive("num_attention_heads")?;
                 let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
-                let head_dim = r.opt_usize("head_dim")?.unwrap_or(hidden / n_heads);
+                let head_dim = match r.opt_usize("head_dim")? {
+                    Some(d) => d,
+                    None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
+                    None => {
+                        return Err(EngineError::config(
+                            path,
+                            format!("`hidden_size` ({hidden}) is not a multiple of `num_attention_heads` ({n_heads}) and no `head_dim` is given"),
+                        ))
+                    }
+                };
                 let moe = if arch == Architecture::LladaMoe {
                     let expert_ffn = match r.opt_usize("moe_intermediate_size")? {
                         Some(v) => v,
@@ -271,81 +286,91 @@ impl ModelConfig {
                 }
             }
         };
-        cfg.validate(path)?;
+        let keys = if arch == Architecture::Llada { ConfigKeys::llada() } else { ConfigKeys::hf() };
+        cfg.validate_keys(path, &keys)?;
         Ok(cfg)
     }
 
     /// Checks internal consistency (divisibility, non-zero sizes) and that every size is
-    /// plausible for a real model, before anything is allocated from it.
+    /// plausible for a real model, before anything is allocated from it. Errors describe fields
+    /// in words; [`ModelConfig::validate_keys`] names the file's own keys instead.
     pub fn validate(&self, path: &Path) -> Result<()> {
+        self.validate_keys(path, &ConfigKeys::words())
+    }
+
+    /// [`ModelConfig::validate`], naming each field by the key `keys` says the file uses.
+    pub fn validate_keys(&self, path: &Path, keys: &ConfigKeys) -> Result<()> {
         let bad = |reason: String| Err(EngineError::config(path, reason));
-        for (name, value, limit) in [
-            ("hidden size", self.hidden, limits::HIDDEN),
-            ("layer count", self.n_layers, limits::LAYERS),
-            ("attention head count", self.n_heads, limits::HEADS),
-            ("key/value head count", self.n_kv_heads, limits::HEADS),
-            ("head dimension", self.head_dim, limits::HEAD_DIM),
-            ("vocabulary size", self.vocab, limits::VOCAB),
-            ("context length", self.max_seq, limits::CONTEXT),
+        for (key, value, limit) in [
+            (&keys.hidden, self.hidden, limits::HIDDEN),
+            (&keys.n_layers, self.n_layers, limits::LAYERS),
+            (&keys.n_heads, self.n_heads, limits::HEADS),
+            (&keys.n_kv_heads, self.n_kv_heads, limits::HEADS),
+            (&keys.head_dim, self.head_dim, limits::HEAD_DIM),
+            (&keys.vocab, self.vocab, limits::VOCAB),
+            (&keys.max_seq, self.max_seq, limits::CONTEXT),
         ] {
             if value == 0 {
-                return bad(format!("{name} is 0; it must be at least 1"));
+                return bad(format!("{key} is 0; it must be at least 1"));
             }
             if value > limit {
-                return bad(format!("{name} {value} is implausible (no supported model exceeds {limit})"));
+                return bad(format!("{key} is {value}, implausible: no supported model exceeds {limit}"));
             }
         }
         if self.ffn > limits::FFN {
-            return bad(format!("FFN size {} is implausible (no supported model exceeds {})", self.ffn, limits::FFN));
+            return bad(format!("{} is {}, implausible: no supported model exceeds {}", keys.ffn, self.ffn, limits::FFN));
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
-                "{} attention heads are not a multiple of the {} key/value heads",
-                self.n_heads, self.n_kv_heads
+                "{} ({}) is not a multiple of {} ({})",
+                keys.n_heads, self.n_heads, keys.n_kv_heads, self.n_kv_heads
             ));
         }
         if self.rotary_dim > self.head_dim || !self.rotary_dim.is_multiple_of(2) || self.rotary_dim == 0 {
             return bad(format!(
-                "rotary dimension {} must be even, positive and at most the head dimension {}",
-                self.rotary_dim, self.head_dim
+                "{} gives a rotary dimension of {}; it must be even, positive and at most the head dimension {}",
+                keys.rotary, self.rotary_dim, self.head_dim
             ));
         }
         if self.q_dim() > limits::HIDDEN * 4 {
             return bad(format!(
-                "{} heads of dimension {} are implausible for hidden size {}",
-                self.n_heads, self.head_dim, self.hidden
+                "{} ({}) heads of dimension {} are implausible for {} {}",
+                keys.n_heads, self.n_heads, self.head_dim, keys.hidden, self.hidden
             ));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
-            return bad(format!("RoPE theta {} must be a positive finite number", self.rope_theta));
+            return bad(format!("{} is {}; it must be a positive finite number", keys.rope_theta, self.rope_theta));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0 && self.rms_eps < 1.0) {
-            return bad(format!("RMSNorm epsilon {} must lie in [0, 1)", self.rms_eps));
+            return bad(format!("{} is {}; it must lie in [0, 1)", keys.rms_eps, self.rms_eps));
         }
         if self.moe.is_none() && self.ffn == 0 {
-            return bad("intermediate (FFN) size is 0".into());
+            return bad(format!("{} is 0; it must be at least 1", keys.ffn));
         }
         if let Some(m) = &self.moe {
             if m.n_experts == 0 || m.n_experts > limits::EXPERTS {
-                return bad(format!("expert count {} must lie in 1..={}", m.n_experts, limits::EXPERTS));
+                return bad(format!("{} is {}; it must lie in 1..={}", keys.n_experts, m.n_experts, limits::EXPERTS));
             }
             if m.top_k == 0 || m.top_k > m.n_experts {
-                return bad(format!("experts per token {} must lie in 1..={} (the expert count)", m.top_k, m.n_experts));
+                return bad(format!(
+                    "{} is {}; it must lie in 1..={} ({})",
+                    keys.top_k, m.top_k, m.n_experts, keys.n_experts
+                ));
             }
             if m.expert_ffn == 0 || m.expert_ffn > limits::FFN {
-                return bad(format!("expert FFN size {} must lie in 1..={}", m.expert_ffn, limits::FFN));
+                return bad(format!("{} is {}; it must lie in 1..={}", keys.expert_ffn, m.expert_ffn, limits::FFN));
             }
         }
-        for (name, id) in [
-            ("mask", self.mask_token_id),
-            ("BOS", self.bos_token_id),
-            ("EOS", self.eos_token_id),
-            ("EOT", self.eot_token_id),
-            ("padding", self.pad_token_id),
+        for (key, id) in [
+            (&keys.mask, self.mask_token_id),
+            (&keys.bos, self.bos_token_id),
+            (&keys.eos, self.eos_token_id),
+            (&keys.eot, self.eot_token_id),
+            (&keys.pad, self.pad_token_id),
         ] {
             if let Some(id) = id {
                 if id as usize >= self.vocab {
-                    return bad(format!("{name} token id {id} lies outside the vocabulary of {}", self.vocab));
+                    return bad(format!("{key} is {id}, outside the vocabulary of {} tokens", self.vocab));
                 }
             }
         }
@@ -354,9 +379,114 @@ impl ModelConfig {
                 Some((id, v)) => format!(" (the published default {id} applies only to the {v}-token vocabulary)"),
                 None => String::new(),
             };
-            return bad(format!("a diffusion model needs a mask token id and none is given{published}"));
+            return bad(format!("no {} given; a diffusion model needs a mask token{published}", keys.mask));
         }
         Ok(())
+    }
+}
+
+/// How a config file names each field, for errors that point at the exact key.
+#[derive(Debug, Clone)]
+pub struct ConfigKeys {
+    pub hidden: String,
+    pub n_layers: String,
+    pub n_heads: String,
+    pub n_kv_heads: String,
+    pub head_dim: String,
+    pub rotary: String,
+    pub ffn: String,
+    pub vocab: String,
+    pub max_seq: String,
+    pub rope_theta: String,
+    pub rms_eps: String,
+    pub mask: String,
+    pub bos: String,
+    pub eos: String,
+    pub eot: String,
+    pub pad: String,
+    pub n_experts: String,
+    pub top_k: String,
+    pub expert_ffn: String,
+}
+
+impl ConfigKeys {
+    fn from(k: [&str; 19]) -> Self {
+        let s = |i: usize| k[i].to_owned();
+        ConfigKeys {
+            hidden: s(0),
+            n_layers: s(1),
+            n_heads: s(2),
+            n_kv_heads: s(3),
+            head_dim: s(4),
+            rotary: s(5),
+            ffn: s(6),
+            vocab: s(7),
+            max_seq: s(8),
+            rope_theta: s(9),
+            rms_eps: s(10),
+            mask: s(11),
+            bos: s(12),
+            eos: s(13),
+            eot: s(14),
+            pad: s(15),
+            n_experts: s(16),
+            top_k: s(17),
+            expert_ffn: s(18),
+        }
+    }
+    /// Fields in words (configs built in code).
+    pub fn words() -> Self {
+        Self::from([
+            "the hidden size", "the layer count", "the attention head count", "the key/value head count",
+            "the head dimension", "the head dimension", "the FFN size", "the vocabulary size",
+            "the context length", "RoPE theta", "the RMSNorm epsilon", "the mask token id", "the BOS token id",
+            "the EOS token id", "the EOT token id", "the padding token id", "the expert count",
+            "the experts per token", "the expert FFN size",
+        ])
+    }
+    /// LLaDA's `config.json`.
+    pub fn llada() -> Self {
+        Self::from([
+            "`d_model`", "`n_layers`", "`n_heads`", "`n_kv_heads`", "`d_model` / `n_heads`",
+            "`d_model` / `n_heads`", "`mlp_hidden_size`", "`vocab_size`", "`max_sequence_length`", "`rope_theta`",
+            "`rms_norm_eps`", "`mask_token_id`", "`bos_token_id`", "`eos_token_id`", "`eot_token_id`",
+            "`pad_token_id`", "`num_experts`", "`num_experts_per_tok`", "`moe_intermediate_size`",
+        ])
+    }
+    /// The Hugging Face `config.json` of Llama, Qwen, Dream and LLaDA-MoE.
+    pub fn hf() -> Self {
+        Self::from([
+            "`hidden_size`", "`num_hidden_layers`", "`num_attention_heads`", "`num_key_value_heads`",
+            "`head_dim`", "`partial_rotary_factor` × `head_dim`", "`intermediate_size`", "`vocab_size`",
+            "`max_position_embeddings`", "`rope_theta`", "`rms_norm_eps`", "`mask_token_id`", "`bos_token_id`",
+            "`eos_token_id`", "`eot_token_id`", "`pad_token_id`", "`num_experts`", "`num_experts_per_tok`",
+            "`moe_intermediate_size`",
+        ])
+    }
+    /// llama.cpp's GGUF metadata of architecture `arch`.
+    pub fn gguf(arch: &str) -> Self {
+        let k = |s: &str| format!("`{arch}.{s}`");
+        ConfigKeys {
+            hidden: k("embedding_length"),
+            n_layers: k("block_count"),
+            n_heads: k("attention.head_count"),
+            n_kv_heads: k("attention.head_count_kv"),
+            head_dim: k("attention.key_length"),
+            rotary: k("rope.dimension_count"),
+            ffn: k("feed_forward_length"),
+            vocab: "the vocabulary size (`tokenizer.ggml.tokens`)".into(),
+            max_seq: k("context_length"),
+            rope_theta: k("rope.freq_base"),
+            rms_eps: k("attention.layer_norm_rms_epsilon"),
+            mask: "`tokenizer.ggml.mask_token_id`".into(),
+            bos: "`tokenizer.ggml.bos_token_id`".into(),
+            eos: "`tokenizer.ggml.eos_token_id`".into(),
+            eot: "`tokenizer.ggml.eot_token_id`".into(),
+            pad: "`tokenizer.ggml.padding_token_id`".into(),
+            n_experts: k("expert_count"),
+            top_k: k("expert_used_count"),
+            expert_ffn: k("expert_feed_forward_length"),
+        }
     }
 }
 

@@ -4,6 +4,7 @@ pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod embedded;
+pub mod files;
 pub mod gguf;
 pub mod kv_cache;
 pub mod safetensors;
@@ -31,6 +32,48 @@ pub struct GenerationDefaults {
     pub steps: Option<usize>,
     pub temperature: Option<f32>,
     pub remasking: Option<String>,
+}
+
+impl GenerationDefaults {
+    /// Reads the keys Unmask uses from a `generation_config.json` (others are ignored), naming
+    /// the key and what it holds when one has the wrong type.
+    pub fn from_json_text(text: &str, path: &Path) -> Result<Self> {
+        use serde_json::Value;
+        let json: Value =
+            serde_json::from_str(text).map_err(|e| EngineError::config(path, format!("not valid JSON ({e})")))?;
+        let Value::Object(obj) = &json else {
+            return Err(EngineError::config(path, format!("is {}, expected a JSON object", config::describe(&json))));
+        };
+        let wrong = |key: &str, v: &Value, what: &str| {
+            EngineError::config(path, format!("`{key}` is {}, expected {what}", config::describe(v)))
+        };
+        let size = |key: &str| -> Result<Option<usize>> {
+            match obj.get(key).filter(|v| !v.is_null()) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .map(Some)
+                    .ok_or_else(|| wrong(key, v, "a non-negative integer")),
+            }
+        };
+        let temperature = match obj.get("temperature").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => Some(v.as_f64().ok_or_else(|| wrong("temperature", v, "a number"))? as f32),
+        };
+        let remasking = match obj.get("remasking").filter(|v| !v.is_null()) {
+            None => None,
+            Some(Value::String(r)) => Some(r.clone()),
+            Some(v) => return Err(wrong("remasking", v, "a string")),
+        };
+        Ok(GenerationDefaults {
+            gen_length: size("gen_length")?,
+            block_length: size("block_length")?,
+            steps: size("steps")?,
+            temperature,
+            remasking,
+        })
+    }
 }
 
 /// A model with everything needed to chat with it.
@@ -76,7 +119,9 @@ pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Tran
         return load_gguf_transformer_with(&file, kernels);
     }
     let dir = if path.is_dir() { path.to_owned() } else { path.parent().unwrap_or(Path::new(".")).to_owned() };
-    if !dir.join("config.json").is_file() {
+    if dir.join("config.json").exists() {
+        files::require_regular(&dir.join("config.json"))?;
+    } else {
         return Err(EngineError::NotAModel {
             path: path.to_owned(),
             reason: "no config.json beside it (expected an HF model folder or a .gguf file)".into(),
@@ -184,8 +229,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
     }
     let gen_path = dir.join("generation_config.json");
     let generation = if gen_path.exists() {
-        let text = std::fs::read_to_string(&gen_path).map_err(|e| EngineError::io(&gen_path, e))?;
-        serde_json::from_str(&text).map_err(|e| EngineError::config(&gen_path, format!("not valid ({e})")))?
+        GenerationDefaults::from_json_text(&files::read_text(&gen_path)?, &gen_path)?
     } else {
         GenerationDefaults::default()
     };

@@ -43,7 +43,7 @@ impl SafetensorsSource {
             }
             let single = path.join("model.safetensors");
             if single.exists() {
-                return Self::open_files(path, &[single]);
+                return Self::open_files(&single, &[single.clone()]);
             }
             return Err(EngineError::config(path, "no model.safetensors or model.safetensors.index.json"));
         }
@@ -55,7 +55,7 @@ impl SafetensorsSource {
 
     fn open_index(index: &Path) -> Result<Self> {
         const INDEX: &str = "safetensors index";
-        let text = std::fs::read_to_string(index).map_err(|e| EngineError::io(index, e))?;
+        let text = super::files::read_text(index)?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| corrupt(index, INDEX, format!("not valid JSON ({e})")))?;
         let map = json
@@ -83,7 +83,7 @@ impl SafetensorsSource {
             claimed.push((tensor.as_str(), p));
         }
         files.sort();
-        let src = Self::open_files(dir, &files)?;
+        let src = Self::open_files(index, &files)?;
         for (tensor, shard) in claimed {
             let held_by = src.entries.get(tensor).map(|e| &files[e.file]);
             if held_by != Some(&shard) {
@@ -101,7 +101,9 @@ impl SafetensorsSource {
         Ok(src)
     }
 
-    fn open_files(root: &Path, files: &[PathBuf]) -> Result<Self> {
+    /// Opens `files`; `label` (the single file, or the index of a sharded checkpoint) is the path
+    /// errors about missing or bad tensors name.
+    fn open_files(label: &Path, files: &[PathBuf]) -> Result<Self> {
         let mut maps = Vec::new();
         let mut entries = HashMap::new();
         let mut data_bytes = 0u64;
@@ -117,11 +119,39 @@ impl SafetensorsSource {
             }
             maps.push(map);
         }
-        Ok(SafetensorsSource { path: root.to_owned(), maps, entries, data_bytes })
+        Ok(SafetensorsSource { path: label.to_owned(), maps, entries, data_bytes })
     }
 }
 
 type HeaderTensor = (String, DType, Vec<usize>, usize, usize);
+
+/// The header's entries in file order. A JSON map would keep only the last of two entries with
+/// the same name and load a forged tensor silently, so duplicates are an error here.
+struct HeaderEntries(Vec<(String, Value)>);
+
+impl<'de> serde::Deserialize<'de> for HeaderEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = HeaderEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object of tensors")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<HeaderEntries, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                let mut out = Vec::new();
+                while let Some((name, info)) = map.next_entry::<String, Value>()? {
+                    if !seen.insert(name.clone()) {
+                        return Err(serde::de::Error::custom(format!("tensor `{name}` appears twice")));
+                    }
+                    out.push((name, info));
+                }
+                Ok(HeaderEntries(out))
+            }
+        }
+        d.deserialize_map(Entries)
+    }
+}
 
 /// Parses and validates the JSON header; returns the data start and every tensor's byte range.
 fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)> {
@@ -137,12 +167,11 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<(usize, Vec<HeaderTensor>)>
         return Err(corrupt(path, FORMAT, format!("header length {n} exceeds the file size of {} bytes", bytes.len())));
     }
     let header_end = 8 + n as usize;
-    let json: Value = serde_json::from_slice(&bytes[8..header_end])
-        .map_err(|e| corrupt(path, FORMAT, format!("header is not JSON: {e}")))?;
-    let obj = json.as_object().ok_or_else(|| corrupt(path, FORMAT, "header is not a JSON object"))?;
+    let header: HeaderEntries = serde_json::from_slice(&bytes[8..header_end])
+        .map_err(|e| corrupt(path, FORMAT, format!("header is not a valid JSON object ({e})")))?;
     let data_len = bytes.len() - header_end;
     let mut out = Vec::new();
-    for (name, info) in obj {
+    for (name, info) in &header.0 {
         if name == "__metadata__" {
             continue;
         }

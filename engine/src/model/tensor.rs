@@ -275,6 +275,7 @@ pub trait TensorSource: Send + Sync {
 
 /// Memory-maps a whole file read-only.
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
+    super::files::require_regular(path)?;
     let file = std::fs::File::open(path).map_err(|e| EngineError::io(path, e))?;
     // SAFETY: the file is opened read-only and we never write through the map; if another
     // process truncates it underneath us we may fault, which is the documented mmap contract.

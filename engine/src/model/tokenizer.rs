@@ -23,7 +23,8 @@ impl TextTokenizer {
         if !path.exists() {
             return Err(EngineError::Tokenizer { path: path.to_owned(), reason: "file not found".into() });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+        let text = super::files::read_text(path)?;
+        check_model_section(&text).map_err(|reason| EngineError::Tokenizer { path: path.to_owned(), reason })?;
         let inner = text.parse::<tokenizers::Tokenizer>().map_err(|e| EngineError::Tokenizer {
             path: path.to_owned(),
             reason: one_line(&format!("not a valid tokenizer.json ({e})")),
@@ -92,4 +93,55 @@ impl TextTokenizer {
 /// Error texts from dependencies may span lines; ours are one line each.
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Checks the `model` section of a `tokenizer.json` for what the `tokenizers` crate accepts but
+/// cannot use (an unknown-token that is not in the vocabulary, merges of tokens that do not
+/// exist), and words its shape errors by key rather than by the crate's enum names.
+fn check_model_section(text: &str) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
+    let Some(model) = json.get("model") else { return Err("no `model` section".into()) };
+    let kind = model.get("type").and_then(Value::as_str).unwrap_or("");
+    let describe = crate::model::config::describe;
+    if !matches!(kind, "BPE" | "WordLevel" | "WordPiece") {
+        return Ok(());
+    }
+    let vocab = match model.get("vocab") {
+        Some(Value::Object(v)) => v,
+        Some(other) => return Err(format!("`model.vocab` is {}, expected an object of tokens", describe(other))),
+        None => return Err("no `model.vocab`".into()),
+    };
+    let added: std::collections::HashSet<&str> = json
+        .get("added_tokens")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|t| t.get("content").and_then(Value::as_str)).collect())
+        .unwrap_or_default();
+    if let Some(unk) = model.get("unk_token").and_then(Value::as_str) {
+        if !vocab.contains_key(unk) && !added.contains(unk) {
+            return Err(format!("`model.unk_token` `{unk}` is not in `model.vocab`"));
+        }
+    }
+    if kind != "BPE" {
+        return Ok(());
+    }
+    let merges = match model.get("merges") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Array(m)) => m,
+        Some(other) => return Err(format!("`model.merges` is {}, expected a list of merges", describe(other))),
+    };
+    for (i, m) in merges.iter().enumerate() {
+        let parts: Vec<&str> = match m {
+            Value::String(s) => s.splitn(2, ' ').collect(),
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            other => return Err(format!("`model.merges` entry {i} is {}, expected \"a b\" or [a, b]", describe(other))),
+        };
+        if parts.len() != 2 {
+            return Err(format!("`model.merges` entry {i} is not a pair of tokens"));
+        }
+        if let Some(missing) = parts.iter().find(|p| !vocab.contains_key(**p)) {
+            return Err(format!("`model.merges` entry {i} (`{} {}`) uses `{missing}`, which is not in `model.vocab`", parts[0], parts[1]));
+        }
+    }
+    Ok(())
 }

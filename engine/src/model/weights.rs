@@ -124,11 +124,14 @@ impl ModelWeights {
     /// Loads every weight named by `names`, checking shapes against `cfg`.
     pub fn load(src: &dyn TensorSource, names: &dyn NameScheme, cfg: &ModelConfig) -> Result<Self> {
         let (h, v) = (cfg.hidden, cfg.vocab);
-        let lin = |name: String, n: usize, k: usize| -> Result<Linear> { Linear::from_raw(src.require_finite(&name)?, n, k) };
+        let file = src.path();
+        let lin = |name: String, n: usize, k: usize| -> Result<Linear> {
+            Linear::from_raw(src.require_finite(&name)?, n, k).map_err(|e| e.in_file(file))
+        };
         let vec = |name: String, n: usize| -> Result<Vec<f32>> {
             let t = src.require_finite(&name)?;
-            t.expect_shape(&[n])?;
-            t.to_f32_vec()
+            t.expect_shape(&[n]).map_err(|e| e.in_file(file))?;
+            t.to_f32_vec().map_err(|e| e.in_file(file))
         };
         let opt_vec = |name: String, n: usize| -> Result<Option<Vec<f32>>> {
             if src.contains(&name) {
@@ -329,13 +332,14 @@ fn load_experts(
     ffn: usize,
     h: usize,
 ) -> Result<Vec<Expert>> {
+    let file = src.path();
     match names.expert_layout() {
         ExpertLayout::PerExpert => (0..n_experts)
             .map(|e| {
                 Ok(Expert {
-                    gate: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Gate))?, ffn, h)?,
-                    up: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Up))?, ffn, h)?,
-                    down: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Down))?, h, ffn)?,
+                    gate: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Gate))?, ffn, h).map_err(|e| e.in_file(file))?,
+                    up: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Up))?, ffn, h).map_err(|e| e.in_file(file))?,
+                    down: Linear::from_raw(src.require_finite(&names.expert(l, e, Part::Down))?, h, ffn).map_err(|e| e.in_file(file))?,
                 })
             })
             .collect(),
@@ -343,7 +347,7 @@ fn load_experts(
             // One [n_experts, rows, cols] tensor per projection; slice expert e's bytes out of it.
             let split = |p: Part, rows: usize, cols: usize| -> Result<Vec<Linear>> {
                 let t = src.require_finite(&names.expert(l, 0, p))?;
-                t.expect_shape(&[n_experts, rows, cols])?;
+                t.expect_shape(&[n_experts, rows, cols]).map_err(|e| e.in_file(file))?;
                 let per = bytes_for(t.dtype, rows * cols, &t.name)?;
                 (0..n_experts)
                     .map(|e| {

@@ -90,7 +90,15 @@ impl ModelConfig {
         let n_kv_heads = k.opt_usize("attention.head_count_kv")?.unwrap_or(n_heads);
         let head_dim = match k.opt_usize("attention.key_length")? {
             Some(d) => d,
-            None => hidden / n_heads,
+            None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
+            None => {
+                return Err(EngineError::config(
+                    path,
+                    format!(
+                        "`{arch_s}.embedding_length` ({hidden}) is not a multiple of `{arch_s}.attention.head_count` ({n_heads}) and no `{arch_s}.attention.key_length` is given"
+                    ),
+                ))
+            }
         };
         let vocab = match k.opt_usize("vocab_size")? {
             Some(v) => v,
@@ -156,7 +164,7 @@ impl ModelConfig {
             eot_token_id: k.opt_u32_abs("tokenizer.ggml.eot_token_id")?,
             pad_token_id: k.opt_u32_abs("tokenizer.ggml.padding_token_id")?,
         };
-        cfg.validate(path)?;
+        cfg.validate_keys(path, &crate::model::config::ConfigKeys::gguf(arch_s))?;
         Ok(cfg)
     }
 }

@@ -168,7 +168,16 @@ impl GgufValue {
                 let short: String = t.chars().take(40).collect();
                 format!("the string \"{}\"", short.escape_default())
             }
-            GgufValue::Array(_, items) => format!("a list of {} items", items.len()),
+            GgufValue::Array(et, items) => {
+                let kind = match et {
+                    ValueType::F32 | ValueType::F64 => "numbers",
+                    ValueType::Bool => "booleans",
+                    ValueType::String => "strings",
+                    ValueType::Array => "lists",
+                    _ => "integers",
+                };
+                format!("a list of {} {kind}", items.len())
+            }
             v => match (v.as_u64(), v.as_i64()) {
                 (Some(u), _) => format!("the integer {u}"),
                 (None, Some(i)) => format!("the negative integer {i}"),

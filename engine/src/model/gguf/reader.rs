@@ -220,8 +220,15 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Header> {
         let key = std::str::from_utf8(c.string_bytes("metadata key")?)
             .map_err(|_| corrupt(path, FORMAT, format!("metadata key at offset {} is not UTF-8", c.pos)))?
             .to_owned();
-        let ty = c.value_type("metadata value type")?;
-        let v = c.value(ty, 0)?;
+        // Errors inside a value name its key: "`tokenizer.ggml.tokens`: array length ...".
+        let in_key = |e: EngineError| match e {
+            EngineError::Corrupt { path, format, reason } => {
+                EngineError::Corrupt { path, format, reason: format!("metadata `{key}`: {reason}") }
+            }
+            other => other,
+        };
+        let ty = c.value_type("metadata value type").map_err(in_key)?;
+        let v = c.value(ty, 0).map_err(in_key)?;
         if !metadata.insert(key.clone(), v) {
             return Err(corrupt(path, FORMAT, format!("metadata key `{key}` appears twice")));
         }

@@ -35,6 +35,15 @@ fn err(path: &Path, reason: impl Into<String>) -> EngineError {
     EngineError::Tokenizer { path: path.to_owned(), reason: reason.into() }
 }
 
+/// Why `tokenizer.ggml.tokens` is unusable: absent, or present but not a list of strings.
+fn tokens_error(file: &GgufFile) -> EngineError {
+    let path = file.path();
+    match file.metadata().get("tokenizer.ggml.tokens") {
+        None => err(path, "no `tokenizer.ggml.tokens` in the GGUF"),
+        Some(v) => err(path, format!("`tokenizer.ggml.tokens` is {}, expected a list of strings", v.describe())),
+    }
+}
+
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` value.
 fn pre_tokenizer(path: &Path, pre: &str) -> Result<PreTokenizerWrapper> {
     let split = |re: &str| -> Result<PreTokenizerWrapper> {
@@ -83,7 +92,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
         return Err(err(path, format!("unsupported tokenizer model {model}")));
     }
     let tokens =
-        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
+        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| tokens_error(file))?;
     let merges = meta.str_array("tokenizer.ggml.merges").unwrap_or_default();
     let types: Vec<i64> = match meta.get("tokenizer.ggml.token_type").and_then(|t| t.as_array()) {
         Some(a) => a.iter().map(|v| v.as_i64().unwrap_or(1)).collect(),
@@ -145,7 +154,7 @@ fn spm_tokenizer(file: &GgufFile) -> Result<TextTokenizer> {
     let path = file.path();
     let meta = file.metadata();
     let tokens =
-        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| err(path, "no `tokenizer.ggml.tokens` string array"))?;
+        meta.str_array("tokenizer.ggml.tokens").ok_or_else(|| tokens_error(file))?;
     let scores: Vec<f64> = match meta.get("tokenizer.ggml.scores").and_then(|t| t.as_array()) {
         Some(a) if a.len() == tokens.len() => a.iter().map(|v| v.as_f64().unwrap_or(0.0)).collect(),
         _ => return Err(err(path, "SPM vocabulary without one `tokenizer.ggml.scores` entry per token")),

@@ -1,0 +1,131 @@
+//! A bounded first-in first-out queue between the HTTP handlers and a model's worker thread.
+//! The worker blocks on it (it is a plain thread, not an async task); handlers never wait on it:
+//! a full queue is answered at once (429) and a closed one means the server is shutting down.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Why a job was not queued; the job comes back.
+#[derive(Debug)]
+pub enum PushError<T> {
+    Full(T),
+    Closed(T),
+}
+
+/// Jobs waiting for one worker.
+pub struct JobQueue<T> {
+    state: Mutex<State<T>>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+struct State<T> {
+    jobs: VecDeque<T>,
+    closed: bool,
+}
+
+impl<T> JobQueue<T> {
+    /// A queue holding at most `capacity` waiting jobs (the one being run is not counted).
+    pub fn new(capacity: usize) -> Self {
+        JobQueue { state: Mutex::new(State { jobs: VecDeque::new(), closed: false }), ready: Condvar::new(), capacity }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // A panic elsewhere while holding the lock leaves the queue itself intact.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a job at the back; returns how many jobs wait ahead of it.
+    pub fn push(&self, job: T) -> Result<usize, PushError<T>> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(PushError::Closed(job));
+        }
+        if s.jobs.len() >= self.capacity {
+            return Err(PushError::Full(job));
+        }
+        let ahead = s.jobs.len();
+        s.jobs.push_back(job);
+        drop(s);
+        self.ready.notify_one();
+        Ok(ahead)
+    }
+
+    /// The oldest job, waiting for one; `None` once the queue is closed.
+    pub fn pop(&self) -> Option<T> {
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return None;
+            }
+            if let Some(job) = s.jobs.pop_front() {
+                return Some(job);
+            }
+            s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Closes the queue and hands back the jobs still waiting; the worker's `pop` returns `None`.
+    pub fn close(&self) -> Vec<T> {
+        let mut s = self.lock();
+        s.closed = true;
+        let left = s.jobs.drain(..).collect();
+        drop(s);
+        self.ready.notify_all();
+        left
+    }
+
+    /// Jobs waiting.
+    pub fn len(&self) -> usize {
+        self.lock().jobs.len()
+    }
+
+    /// How many jobs may wait.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn first_in_first_out_bounded_then_closed() {
+        let q = JobQueue::new(2);
+        assert_eq!(q.push(1).ok(), Some(0));
+        assert_eq!(q.push(2).ok(), Some(1));
+        assert!(matches!(q.push(3), Err(PushError::Full(3))));
+        assert_eq!(q.pop(), Some(1));
+        assert_eq!(q.push(4).ok(), Some(1));
+        assert_eq!(q.close(), vec![2, 4]);
+        assert!(matches!(q.push(5), Err(PushError::Closed(5))));
+        assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn a_waiting_worker_wakes_on_push_and_on_close() {
+        let q = Arc::new(JobQueue::new(4));
+        let worker = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                while let Some(j) = q.pop() {
+                    got.push(j);
+                }
+                got
+            })
+        };
+        for j in 0..3 {
+            while q.push(j).is_err() {
+                std::thread::yield_now();
+            }
+        }
+        while q.len() > 0 {
+            std::thread::yield_now();
+        }
+        q.close();
+        assert_eq!(worker.join().expect("worker"), vec![0, 1, 2]);
+    }
+}

@@ -1,0 +1,326 @@
+//! A model's worker: one thread owns the model's session and runs its queued jobs one at a time,
+//! oldest first, each recorded as a run. Decoding never waits on I/O: frames go to the client
+//! through an unbounded channel, the run's trace to the store's background writer, and the run's
+//! final write happens on the async runtime while the thread already decodes the next job.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::task::TaskTracker;
+use unmask_engine::decode::{trim_at_stop, CancelFlag, DecodeSettings, StepFrame, TokenState};
+use unmask_engine::run::{BackendSpec, RunOutcome, Session};
+use unmask_engine::EngineError;
+use unmask_store::{ModelRecord, NewRun, RunMetrics, RunRecorder, Store};
+
+use super::error::ApiError;
+use super::queue::{JobQueue, PushError};
+
+/// One generation waiting for, or being run by, a worker.
+pub struct Job {
+    pub ids: Vec<u32>,
+    pub settings: DecodeSettings,
+    pub stop_ids: Vec<u32>,
+    /// What the run records as its prompt.
+    pub prompt_text: String,
+    /// Whether the client wants every step (streaming) or only the end.
+    pub want_frames: bool,
+    /// Events to the request's handler; closed when the client has gone.
+    pub events: UnboundedSender<JobEvent>,
+    pub queued_at: Instant,
+}
+
+/// What a handler hears about its job.
+#[derive(Debug)]
+pub enum JobEvent {
+    /// Decoding starts (`run_id` when runs are recorded).
+    Started { run_id: Option<i64>, queued_s: f64 },
+    /// One denoising step (only when the job wants frames).
+    Frame(Box<StepFrame>),
+    /// The run finished and is recorded.
+    Finished(Box<RunOutcome>),
+    /// The run could not start, failed or was cancelled by the server.
+    Failed(ApiError),
+}
+
+/// Where and as what a worker records its runs.
+#[derive(Clone)]
+pub struct Recording {
+    pub store: Store,
+    /// The model's store record (runs link to it), if it has one.
+    pub model: Option<ModelRecord>,
+}
+
+/// A model's worker thread and its queue.
+pub struct Worker {
+    name: String,
+    queue: Arc<JobQueue<Job>>,
+    /// The cancel flag of the job being run.
+    running: Arc<Mutex<Option<CancelFlag>>>,
+    service: Arc<ServiceTime>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// What the worker thread needs besides its session.
+struct Context {
+    name: String,
+    backend: BackendSpec,
+    queue: Arc<JobQueue<Job>>,
+    running: Arc<Mutex<Option<CancelFlag>>>,
+    service: Arc<ServiceTime>,
+    recording: Option<Recording>,
+    rt: Handle,
+    tracker: TaskTracker,
+}
+
+impl Worker {
+    /// Starts the worker thread of `session`'s model with a queue of `capacity` jobs.
+    pub fn spawn(
+        name: &str,
+        session: Session,
+        capacity: usize,
+        recording: Option<Recording>,
+        rt: Handle,
+        tracker: TaskTracker,
+    ) -> std::io::Result<Worker> {
+        let queue = Arc::new(JobQueue::new(capacity));
+        let running = Arc::new(Mutex::new(None));
+        let service = Arc::new(ServiceTime::default());
+        let ctx = Context {
+            name: name.to_owned(),
+            backend: session.backend().clone(),
+            queue: queue.clone(),
+            running: running.clone(),
+            service: service.clone(),
+            recording,
+            rt,
+            tracker,
+        };
+        let thread = std::thread::Builder::new().name(format!("serve-{name}")).spawn(move || work(session, ctx))?;
+        Ok(Worker { name: name.to_owned(), queue, running, service, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Queues a job: 429 when the queue is full, 503 when the server is shutting down.
+    pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        match self.queue.push(job) {
+            Ok(_) => Ok(()),
+            Err(PushError::Full(_)) => Err(ApiError::queue_full(&self.name, self.queue.capacity(), self.retry_after_s())),
+            Err(PushError::Closed(_)) => Err(ApiError::shutting_down()),
+        }
+    }
+
+    /// Seconds until a place in the queue is likely free: the waiting jobs at the recent
+    /// service time, at least 1 (what `Retry-After` says).
+    pub fn retry_after_s(&self) -> u64 {
+        let wait = (self.queue.len() + 1) as f64 * self.service.seconds();
+        (wait.ceil() as u64).clamp(1, 60)
+    }
+
+    /// How many jobs may wait.
+    pub fn capacity(&self) -> usize {
+        self.queue.capacity()
+    }
+
+    /// Jobs waiting.
+    pub fn waiting(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Stops taking jobs; the waiting ones are answered 503 (they never ran, nothing is recorded).
+    /// The job being run goes on.
+    pub fn close(&self) {
+        for job in self.queue.close() {
+            let _ = job.events.send(JobEvent::Failed(ApiError::shutting_down()));
+        }
+    }
+
+    /// Cancels the job being run (it is recorded as cancelled with its partial answer).
+    pub fn cancel_running(&self) {
+        if let Some(flag) = self.running.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            flag.cancel();
+        }
+    }
+
+    /// Waits for the thread to end (after [`close`](Self::close)).
+    pub fn join(&self) {
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = thread {
+            if t.join().is_err() {
+                tracing::error!(model = %self.name, "the worker thread panicked");
+            }
+        }
+    }
+}
+
+/// Recent seconds per job (exponential moving average), for `Retry-After`.
+#[derive(Default)]
+struct ServiceTime(AtomicU64);
+
+impl ServiceTime {
+    fn observe(&self, d: Duration) {
+        let old = self.seconds();
+        let new = if old == 0.0 { d.as_secs_f64() } else { 0.8 * old + 0.2 * d.as_secs_f64() };
+        self.0.store(new.to_bits(), Ordering::Relaxed);
+    }
+    fn seconds(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+fn work(mut session: Session, ctx: Context) {
+    while let Some(job) = ctx.queue.pop() {
+        if job.events.is_closed() {
+            // The client left while the job waited: nothing ran, so nothing is recorded.
+            tracing::debug!(model = %ctx.name, "dropped a queued request whose client disconnected");
+            continue;
+        }
+        let cancel = CancelFlag::new();
+        *ctx.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
+        let started = Instant::now();
+        run_job(&mut session, job, cancel, &ctx);
+        ctx.service.observe(started.elapsed());
+        *ctx.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    tracing::debug!(model = %ctx.name, "worker stopped");
+}
+
+fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
+    let Job { ids, settings, stop_ids, prompt_text, want_frames, events, queued_at } = job;
+    let queued_s = queued_at.elapsed().as_secs_f64();
+    let mut recorder = match &ctx.recording {
+        Some(r) => {
+            let new = match &r.model {
+                Some(m) => NewRun::new(m, &ctx.backend, &prompt_text, settings.clone()),
+                None => NewRun {
+                    model_id: None,
+                    model_name: ctx.name.clone(),
+                    backend: ctx.backend.clone(),
+                    prompt: prompt_text.clone(),
+                    settings: settings.clone(),
+                },
+            };
+            match ctx.rt.block_on(r.store.start_run(new)) {
+                Ok(rec) => Some(rec),
+                Err(e) => {
+                    tracing::error!(model = %ctx.name, error = %e, "recording a run failed");
+                    let _ = events.send(JobEvent::Failed(ApiError::internal(format!("recording the run: {e}"))));
+                    return;
+                }
+            }
+        }
+        None => None,
+    };
+    let run_id = recorder.as_ref().map(RunRecorder::id);
+    let _ = events.send(JobEvent::Started { run_id, queued_s });
+
+    let prompt_len = ids.len();
+    // The generated tokens committed so far: the partial answer of a cancelled run.
+    let mut partial: Vec<Option<u32>> = vec![None; settings.gen_length];
+    let mut frames = 0u64;
+    let started = Instant::now();
+    let result = {
+        let mut on_frame = |f: &StepFrame| {
+            frames += 1;
+            if let Some(r) = recorder.as_mut() {
+                r.record(f);
+            }
+            for c in &f.changes {
+                if let Some(slot) = c.pos.checked_sub(prompt_len).and_then(|i| partial.get_mut(i)) {
+                    *slot = (c.state != TokenState::Masked).then_some(c.token);
+                }
+            }
+            if events.is_closed() {
+                // The client disconnected: the engine stops before its next step.
+                cancel.cancel();
+            } else if want_frames {
+                let _ = events.send(JobEvent::Frame(Box::new(f.clone())));
+            }
+            ControlFlow::Continue(())
+        };
+        session.run(&ids, &settings, &cancel, &mut on_frame)
+    };
+    let partial = matches!(result, Err(EngineError::Cancelled)).then(|| {
+        let tokens: Vec<u32> = partial.iter().map_while(|t| *t).collect();
+        let answer = trim_at_stop(&tokens, &stop_ids);
+        unmask_store::RunOutcome {
+            output: session.model().tokenizer.decode(answer, true),
+            output_tokens: tokens,
+            metrics: RunMetrics { wall_s: Some(started.elapsed().as_secs_f64()), steps: Some(frames), ..Default::default() },
+            stop_reason: Some("caller_stopped".into()),
+        }
+    });
+    let ending = Ending { model: ctx.name.clone(), run_id, recorder, result, partial, events };
+    // The final write runs on the runtime; the tracker lets shutdown wait for it.
+    ctx.tracker.spawn_on(ending.write(), &ctx.rt);
+}
+
+/// A run id for logs (`-` when runs are not recorded).
+fn run_label(run_id: Option<i64>) -> String {
+    run_id.map_or_else(|| "-".to_owned(), |id| id.to_string())
+}
+
+/// A decode's end, to be recorded and then told to the client.
+struct Ending {
+    model: String,
+    run_id: Option<i64>,
+    recorder: Option<RunRecorder>,
+    result: unmask_engine::Result<RunOutcome>,
+    partial: Option<unmask_store::RunOutcome>,
+    events: UnboundedSender<JobEvent>,
+}
+
+impl Ending {
+    async fn write(self) {
+        let Ending { model, run_id, recorder, result, partial, events } = self;
+        let event = match result {
+            Ok(outcome) => {
+                let saved = match recorder {
+                    Some(mut rec) => {
+                        let (stored, timeline) = unmask_store::recorded_outcome(&outcome);
+                        if let Some(t) = timeline {
+                            rec.set_timeline(t);
+                        }
+                        rec.finish(stored).await.map(|_| ())
+                    }
+                    None => Ok(()),
+                };
+                match saved {
+                    Ok(()) => {
+                        tracing::info!(
+                            model = %model, run = %run_label(run_id), answer_tokens = outcome.answer_tokens,
+                            steps = outcome.output.steps, wall_ms = (outcome.output.wall_s * 1e3).round(), "completed"
+                        );
+                        JobEvent::Finished(Box::new(outcome))
+                    }
+                    Err(e) => {
+                        tracing::error!(model = %model, run = %run_label(run_id), error = %e, "saving a run failed");
+                        JobEvent::Failed(ApiError::internal(format!("saving the run: {e}")))
+                    }
+                }
+            }
+            Err(EngineError::Cancelled) => {
+                if let Some(rec) = recorder {
+                    if let Err(e) = rec.cancel(partial).await {
+                        tracing::error!(model = %model, run = %run_label(run_id), error = %e, "saving a cancelled run failed");
+                    }
+                }
+                tracing::info!(model = %model, run = %run_label(run_id), "cancelled");
+                JobEvent::Failed(ApiError::cancelled())
+            }
+            Err(e) => {
+                if let Some(rec) = recorder {
+                    if let Err(err) = rec.fail(&e).await {
+                        tracing::error!(model = %model, run = %run_label(run_id), error = %err, "saving a failed run failed");
+                    }
+                }
+                tracing::warn!(model = %model, run = %run_label(run_id), error = %e, "failed");
+                JobEvent::Failed(ApiError::from_engine(&e))
+            }
+        };
+        let _ = events.send(event);
+    }
+}
