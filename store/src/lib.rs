@@ -7,8 +7,10 @@
 //! use unmask_store::{Store, NewRun};
 //! let store = Store::open(unmask_store::default_data_dir()?).await?;
 //! let model = store.import_model("models/tiny-llada".as_ref(), None, true).await?;
-//! let mut rec = store.start_run(NewRun::new(&model, "cpu", "What is 2+2?", Default::default())).await?;
-//! // ... pass `|f| { rec.record(f); ControlFlow::Continue(()) }` to `decode::generate` ...
+//! let backend = unmask_engine::run::BackendSpec::Cpu;
+//! let mut rec = store.start_run(NewRun::new(&model, &backend, "What is 2+2?", Default::default())).await?;
+//! // ... pass `|f| { rec.record(f); ControlFlow::Continue(()) }` to `Session::run`, then
+//! // `rec.finish(unmask_store::recorded_outcome(&outcome).0)` ...
 //! # Ok(()) }
 //! ```
 //!

@@ -56,6 +56,11 @@ impl DecodeCache {
     }
 
     /// The KV cache, when one is kept.
+    pub fn kv(&self) -> Option<&KvCache> {
+        self.kv.as_ref()
+    }
+
+    /// The KV cache, when one is kept.
     pub fn kv_mut(&mut self) -> Option<&mut KvCache> {
         self.kv.as_mut()
     }

@@ -1,6 +1,7 @@
-//! The NPU-aware decoding loop: a sliding execution window with multi-block
-//! speculative lookahead ([`super::speculative`], sized by [`super::window`]) on the dense path,
-//! and progressive revision ([`super::revision`]) on a concurrent CPU path.
+//! NPU-aware decoding as step hooks of the one denoising loop ([`super::denoise`]): a sliding
+//! execution window ([`super::window::SlidingWindows`]) with multi-block speculative lookahead
+//! ([`Speculation`], [`super::speculative`]) on the dense path, and progressive revision
+//! ([`CpuPath`], [`super::revision`]) on a concurrent CPU path.
 //!
 //! Per step:
 //! 1. **Window.** Without a cache the forward is the whole canvas. With the prefix cache the
@@ -52,23 +53,22 @@
 //!   (with speculation on or off) differs from Fast-dLLM's block-plus-whole-suffix window.
 
 use std::thread::ThreadId;
-use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::canvas::{Canvas, TokenState};
-use super::denoise::{to_rows, FrameSink};
-use super::frame::{CancelFlag, StepFrame};
-use super::output::{DecodeOutput, StopReason};
-use super::policy::Candidate;
-use super::revision::{CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, RevisionWorker};
-use super::settings::{CacheMode, DecodeSettings};
-use super::speculative::{accept_drafts, DraftBook, SpeculativeSettings};
-use super::window::WindowPlanner;
-use crate::backend::Backend;
+use super::denoise::FrameSink;
+use super::frame::{CancelFlag, TokenChange};
+use super::output::DecodeOutput;
+use super::policy::{Candidate, Scorer};
+use super::revision::{CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, RevisionSettings, RevisionWorker};
+use super::settings::DecodeSettings;
+use super::speculative::{accept_drafts, Draft, DraftBook, SpeculativeSettings};
+use super::window::StepWindow;
+use crate::backend::{Backend, ForwardStats};
 use crate::error::{EngineError, Result};
-use crate::model::{ForwardRequest, KvMode};
+use crate::model::{ForwardOutput, KvCache};
 
 /// Seed offset of the RNG drafts are scored with, so speculation never shifts the main RNG.
 const DRAFT_SEED_XOR: u64 = 0x5eed_d7af_0000_0001;
@@ -170,7 +170,8 @@ pub struct DualPathStats {
     pub buckets: Vec<usize>,
 }
 
-/// Runs a generation with speculative windows and/or progressive revision (LLaDA-style models).
+/// Runs a generation with speculative windows and/or progressive revision (LLaDA-style models)
+/// through the one denoising loop, returning the hooks' counters too.
 pub fn run(
     backend: &mut dyn Backend,
     prompt: &[u32],
@@ -182,275 +183,242 @@ pub fn run(
     if !cfg.arch.is_diffusion() {
         return Err(EngineError::InvalidRequest("speculative decoding / revision need a diffusion model".into()));
     }
-    // Dream predicts position p from row p − 1: windows reach one position further left.
-    let shift = cfg.shift_logits;
-    let src = |p: usize| if shift { p.saturating_sub(1) } else { p };
     settings.validate_for(&cfg, prompt)?;
-    let mask = cfg
-        .mask_token_id
-        .ok_or_else(|| EngineError::InvalidRequest("diffusion decoding needs a mask token id".into()))?;
     let (mut scorer, mut policy) = super::scorer_and_policy(&cfg, settings);
-    let stop_ids: Vec<u32> = [settings.eos_id(&cfg), settings.eot_id(&cfg)].into_iter().flatten().collect();
-    let no_lookahead = SpeculativeSettings { trigger: 0, max_lookahead: 0, ..Default::default() };
-    let spec = settings.speculative.clone();
-    let planner = WindowPlanner::new(backend.cost_profile().as_ref(), spec.as_ref().unwrap_or(&no_lookahead));
+    super::denoise::run_loop(backend, prompt, settings, true, scorer.as_mut(), policy.as_mut(), cancel, on_frame)
+}
 
-    let t0 = Instant::now();
-    let mut canvas = Canvas::new(prompt, settings.gen_length, mask);
-    let len = canvas.len();
-    let positions: Vec<usize> = (0..len).collect();
-    let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
-    let mut draft_rng = ChaCha8Rng::seed_from_u64(settings.seed ^ DRAFT_SEED_XOR);
-    // Both caches slide the window's left edge to the first position without fresh K/V; the dual
-    // cache also keeps the (stale) K/V of everything right of the window valid.
-    let cached = settings.cache != CacheMode::None;
-    let dual = settings.cache == CacheMode::Dual;
-    let mut kv = cached.then(|| backend.new_cache(len));
-    // First position whose cached K/V is not fresh (dual cache; the prefix cache keeps exactly
-    // its fresh prefix valid, so it reads this from validity).
-    let mut fresh_to = 0usize;
-    let mut rev_backend = settings.revision.as_ref().and_then(|_| backend.revision_backend());
-    let mut life = settings.revision.clone().map(|r| Lifecycle::new(len, r));
-    let mut book = DraftBook::new(len);
-    let mut stats = DualPathStats {
-        dense_thread: Some(std::thread::current().id()),
-        concurrent: rev_backend.is_some(),
-        buckets: planner.buckets().to_vec(),
-        ..Default::default()
-    };
-    let (mut steps, mut forwards, mut frames) = (0usize, 0usize, 0usize);
-    let mut simulated: Option<f64> = None;
-    let mut stop_reason = StopReason::Completed;
-    // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
-    let lockstep = rev_backend.is_none() || settings.revision.as_ref().is_some_and(|r| r.schedule == CpuPathSchedule::Lockstep);
-    stats.lockstep = lockstep;
-    let mut in_flight: Option<InFlight> = None;
-    // Simulated time of the dense path (the device clock the async schedule runs on).
-    let mut clock = 0.0f64;
-    let max_skips = settings.steps.max(1) + 1;
+/// Speculative decoding's step hook: drafts for masked positions of later blocks inside the
+/// window, recorded with their own RNG, accepted when their block becomes current.
+pub(crate) struct Speculation {
+    settings: SpeculativeSettings,
+    book: DraftBook,
+    rng: ChaCha8Rng,
+    /// Drafts of the current block, checked once against its first fresh forward.
+    block_drafts: Vec<(usize, Draft)>,
+}
 
-    'blocks: for b in 0..settings.num_blocks() {
-        let block = (prompt.len() + b * settings.block_length, prompt.len() + (b + 1) * settings.block_length);
-        let mut masked = canvas.masked_in(block.0, block.1);
-        policy.begin_block(masked.len());
-        // Drafts for this block are checked once, against its first fresh forward.
-        let mut block_drafts = book.take_range(block.0, block.1);
-        let (mut step_in_block, mut skips) = (0usize, 0usize);
-        while let Some(&first_masked) = masked.first() {
-            cancel.check()?;
-            if !policy.next_step(masked.len()) {
-                skips += 1;
-                if skips > max_skips {
-                    return Err(EngineError::InvalidRequest(format!("policy {} made no progress", policy.name())));
-                }
-                continue;
-            }
-            let step_t0 = Instant::now();
-            let step = steps;
-            let refresh = cached && step_in_block == 0;
-            // First position without fresh K/V (for the prefix cache: the first invalid one, the
-            // cache always being a contiguous prefix).
-            let cached_to = match kv.as_ref() {
-                Some(_) if dual => fresh_to,
-                Some(k) => (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len),
-                None => 0,
-            };
-            let frontier = if cached && !refresh { cached_to.min(first_masked) } else { first_masked };
-            let span = planner.plan(frontier, block.1, len, masked.len());
-            let (win_start, win_end, mode) = match (cached, refresh) {
-                (false, _) => (0, len, KvMode::Ignore),
-                (true, true) => (0, len, KvMode::ReadWrite),
-                (true, false) => (src(frontier), span.end, KvMode::ReadWrite),
-            };
-            let draft_pos = if spec.is_some() { canvas.masked_in(block.1, span.end.min(win_end)) } else { Vec::new() };
-            let rows: Vec<usize> = masked.iter().chain(&draft_pos).map(|&p| src(p) - win_start).collect();
-            // The CPU path takes a job only when idle (async) or every step (lockstep).
-            let checks = life.as_ref().map(|l| l.pick_checks(&canvas, block.0, block.1)).unwrap_or_default();
-            if !checks.is_empty() && in_flight.is_some() {
-                stats.busy_steps += 1;
-            }
-            let job = (!checks.is_empty() && in_flight.is_none()).then(|| {
-                let lo = if cached { checks.first().map_or(cached_to, |&c| src(c).min(cached_to)) } else { 0 };
-                RevisionJob {
-                    positions: checks,
-                    tokens: canvas.tokens().to_vec(),
-                    mask_id: mask,
-                    lo,
-                    cache: kv.clone(),
-                    settings: life.as_ref().map(|l| l.settings().clone()).unwrap_or_default(),
-                    shift,
-                }
-            });
-            let req = ForwardRequest {
-                tokens: &canvas.tokens()[win_start..win_end],
-                positions: &positions[win_start..win_end],
-                logits_rows: &rows,
-                kv: mode,
-            };
-            // Dense path here, CPU path on a scoped thread; the thread is joined before the step
-            // boundary (its verdicts may be held past it: see the schedule in the module docs).
-            let (dense, threaded, inline_job) = std::thread::scope(|s| {
-                let (handle, inline_job) = match (job, rev_backend.as_mut()) {
-                    (Some(j), Some(rb)) => {
-                        rb.begin_step();
-                        (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None)
-                    }
-                    (j, _) => (None, j),
-                };
-                let dense = backend.forward(&req, kv.as_mut());
-                let threaded = handle.map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(EngineError::Backend { backend: "cpu-path".into(), reason: "revision thread panicked".into() })
-                    })
-                });
-                (dense, threaded, inline_job)
-            });
-            let (out, fstats) = dense?;
-            forwards += 1;
-            match kv.as_mut() {
-                // The window's K/V up to the first mask were computed from real tokens.
-                Some(_) if dual => fresh_to = first_masked,
-                Some(k) => k.invalidate_from(first_masked),
-                None => {}
-            }
-            let was_threaded = threaded.is_some();
-            let outcome: Option<RevisionOutcome> = match (threaded, inline_job) {
-                (Some(r), _) => Some(r?),
-                (None, Some(j)) => Some(RevisionWorker::run(backend, j)?),
-                (None, None) => None,
-            };
-            let cpu_s = outcome.as_ref().and_then(|o| o.simulated_s);
-            let step_sim = match (fstats.simulated_s, cpu_s) {
-                // Async: the dense path never waits for the CPU path.
-                (Some(d), _) if !lockstep => Some(d),
-                // Lockstep: the CPU path runs beside the dense forward, the step lasts as long as
-                // the longer of the two (inline revision adds to the dense path's time instead).
-                (Some(d), Some(c)) if stats.concurrent => Some(d.max(c)),
-                (Some(d), Some(c)) => Some(d + c),
-                (d, c) => d.or(c),
-            };
-            if let Some(o) = outcome {
-                stats.cpu_forwards += o.forwards;
-                if !stats.cpu_threads.contains(&o.thread) {
-                    stats.cpu_threads.push(o.thread);
-                }
-                stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
-                let done_at = if lockstep { clock } else { clock + o.simulated_s.unwrap_or(0.0) };
-                in_flight = Some(InFlight { outcome: o, done_at, step });
-            }
-            if let Some(s) = step_sim {
-                *simulated.get_or_insert(0.0) += s;
-                clock += s;
-            }
-            if lockstep && was_threaded {
-                backend.sync_cpu_path();
-            }
+impl Speculation {
+    pub(crate) fn new(settings: SpeculativeSettings, seed: u64, len: usize) -> Self {
+        Speculation { settings, book: DraftBook::new(len), rng: ChaCha8Rng::seed_from_u64(seed ^ DRAFT_SEED_XOR), block_drafts: Vec::new() }
+    }
+    pub(crate) fn begin_block(&mut self, block: (usize, usize)) {
+        self.block_drafts = self.book.take_range(block.0, block.1);
+    }
+    /// Masked positions of later blocks this step's forward predicts too.
+    pub(crate) fn positions(&self, canvas: &Canvas, block: (usize, usize), w: &StepWindow) -> Vec<usize> {
+        canvas.masked_in(block.1, w.draft_end)
+    }
+    /// Scores a draft row and records the prediction.
+    pub(crate) fn record(&mut self, pos: usize, row: &mut [f64], scorer: &mut dyn Scorer, step: usize, stats: &mut DualPathStats) -> TokenChange {
+        let (token, confidence) = scorer.score(row, &mut self.rng);
+        stats.drafts += 1;
+        self.book.record(pos, token, confidence, step)
+    }
+    /// Candidates (indices) whose drafts the acceptance rule takes this step, beside `chosen`.
+    pub(crate) fn accept(&mut self, candidates: &[Candidate], chosen: &[usize], stats: &mut DualPathStats) -> Vec<usize> {
+        let drafts = std::mem::take(&mut self.block_drafts);
+        if !self.settings.accept_drafts || drafts.is_empty() {
+            return Vec::new();
+        }
+        let accepted = accept_drafts(candidates, chosen, &drafts, self.settings.accept_top_k);
+        stats.accepted += accepted.len();
+        accepted
+    }
+}
 
-            let mut logits = to_rows(&out.logits, out.vocab, rows.len(), backend.name())?.into_iter();
-            let candidates: Vec<Candidate> = masked
-                .iter()
-                .zip(&mut logits)
-                .map(|(&pos, mut row)| {
-                    let (token, confidence) = scorer.score(&mut row, &mut rng);
-                    Candidate { pos, token, confidence }
+/// Progressive revision's step hook: the lifecycle of committed tokens and the CPU path that
+/// re-checks Visible ones beside the dense forward (see the module docs for the schedules).
+pub(crate) struct CpuPath {
+    life: Lifecycle,
+    /// A second executor on the same weights (`None`: the CPU path runs inline after the dense forward).
+    executor: Option<Box<dyn Backend>>,
+    lockstep: bool,
+    in_flight: Option<InFlight>,
+    /// Simulated time of the dense path (the device clock the async schedule runs on).
+    clock: f64,
+    mask: u32,
+    shift: bool,
+    cached: bool,
+}
+
+impl CpuPath {
+    pub(crate) fn new(settings: RevisionSettings, backend: &dyn Backend, len: usize) -> Self {
+        let executor = backend.revision_backend();
+        // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
+        let lockstep = executor.is_none() || settings.schedule == CpuPathSchedule::Lockstep;
+        let cfg = backend.config();
+        CpuPath {
+            life: Lifecycle::new(len, settings),
+            executor,
+            lockstep,
+            in_flight: None,
+            clock: 0.0,
+            mask: cfg.mask_token_id.unwrap_or(0),
+            shift: cfg.shift_logits,
+            cached: false,
+        }
+    }
+    pub(crate) fn concurrent(&self) -> bool {
+        self.executor.is_some()
+    }
+    pub(crate) fn lockstep(&self) -> bool {
+        self.lockstep
+    }
+    pub(crate) fn commit_state(&self, confidence: f64) -> TokenState {
+        self.life.commit_state(confidence)
+    }
+
+    /// The job of this step: only when the CPU path is idle (async) or every step (lockstep).
+    pub(crate) fn job(&mut self, canvas: &Canvas, block: (usize, usize), kv: Option<&KvCache>, w: &StepWindow, stats: &mut DualPathStats) -> Option<RevisionJob> {
+        let checks = self.life.pick_checks(canvas, block.0, block.1);
+        if checks.is_empty() {
+            return None;
+        }
+        if self.in_flight.is_some() {
+            stats.busy_steps += 1;
+            return None;
+        }
+        self.cached = kv.is_some();
+        let src = |p: usize| if self.shift { p.saturating_sub(1) } else { p };
+        let lo = if self.cached { checks.first().map_or(w.cached_to, |&c| src(c).min(w.cached_to)) } else { 0 };
+        Some(RevisionJob {
+            positions: checks,
+            tokens: canvas.tokens().to_vec(),
+            mask_id: self.mask,
+            lo,
+            cache: kv.cloned(),
+            settings: self.life.settings().clone(),
+            shift: self.shift,
+        })
+    }
+
+    /// Runs `dense` on `backend` with `job` on the CPU path beside it (a scoped thread joined
+    /// before the step boundary; its verdicts may be held past it), or inline after it.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn forward_beside(
+        &mut self,
+        job: Option<RevisionJob>,
+        backend: &mut dyn Backend,
+        dense: &mut dyn FnMut(&mut dyn Backend) -> Result<(ForwardOutput, ForwardStats)>,
+    ) -> (Result<(ForwardOutput, ForwardStats)>, Result<Option<RevisionOutcome>>) {
+        let (dense_result, threaded, inline_job) = std::thread::scope(|s| {
+            let (handle, inline_job) = match (job, self.executor.as_mut()) {
+                (Some(j), Some(rb)) => {
+                    rb.begin_step();
+                    (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None)
+                }
+                (j, _) => (None, j),
+            };
+            let d = dense(backend);
+            let threaded = handle.map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(EngineError::Backend { backend: "cpu-path".into(), reason: "revision thread panicked".into() })
                 })
-                .collect();
-            let mut changes = Vec::new();
-            for (&pos, mut row) in draft_pos.iter().zip(logits) {
-                let (token, confidence) = scorer.score(&mut row, &mut draft_rng);
-                changes.push(book.record(pos, token, confidence, step));
-                stats.drafts += 1;
-            }
-            let mut chosen: Vec<usize> = policy.select(&candidates, &mut rng).into_iter().filter(|&i| i < candidates.len()).collect();
-            if let Some(sp) = spec.as_ref().filter(|sp| sp.accept_drafts && !block_drafts.is_empty()) {
-                let accepted = accept_drafts(&candidates, &chosen, &block_drafts, sp.accept_top_k);
-                stats.accepted += accepted.len();
-                chosen.extend(accepted);
-            }
-            block_drafts.clear();
-            chosen.sort_by_key(|&i| candidates[i].pos);
-            chosen.dedup();
-            for c in chosen.iter().map(|&i| candidates[i]) {
-                let state = life.as_ref().map_or(TokenState::Stable, |l| l.commit_state(c.confidence));
-                changes.push(canvas.commit(c.pos, c.token, c.confidence as f32, step, state));
-            }
-
-            // Step boundary: the CPU-path verdicts whose job has ended, then the delayed K/V merge.
-            let ready = in_flight.take_if(|f| f.done_at <= clock + 1e-12);
-            if let (Some(l), Some(f)) = (life.as_mut(), ready.as_ref()) {
-                let o = &f.outcome;
-                stats.deferred += usize::from(f.step != step);
-                let applied = l.apply(&mut canvas, o, step);
-                stats.revisions += applied.iter().filter(|c| c.revised).count();
-                stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
-                changes.extend(applied);
-                if let (Some(p), Some(k)) = (o.pending.as_ref(), kv.as_mut()) {
-                    let merged = p.merge_into(k, canvas.tokens())?;
-                    if !merged.is_empty() {
-                        stats.merges.push(MergeEvent { step, positions: merged });
-                    }
-                }
-                // Tokens of finished blocks that waited for these verdicts are done now.
-                let late = l.promote_block(&mut canvas, prompt.len(), block.0, step, &[]);
-                stats.promotions += late.len();
-                changes.extend(late);
-            }
-            masked = canvas.masked_in(block.0, block.1);
-            if masked.is_empty() {
-                if let Some(l) = life.as_mut() {
-                    // Leaving the block: positions an in-flight job checks wait for its verdicts,
-                    // unless the run ends here (the job is then dropped).
-                    let ends_run = b + 1 == settings.num_blocks()
-                        || (settings.early_stop_eos && block.1 > block.0 && stop_ids.contains(&canvas.tokens()[block.1 - 1]));
-                    if ends_run && in_flight.take().is_some() {
-                        stats.dropped_jobs += 1;
-                    }
-                    let waiting = in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
-                    let promoted = l.promote_block(&mut canvas, prompt.len(), block.1, step, &waiting);
-                    stats.promotions += promoted.len();
-                    changes.extend(promoted);
-                }
-            }
-            stats.windows.push(WindowRecord { step, start: win_start, end: win_end, padded: planner.pad(win_end - win_start), lookahead: span.lookahead });
-            let frame = StepFrame {
-                step,
-                block,
-                forward_tokens: win_end - win_start,
-                changes,
-                step_wall_s: step_t0.elapsed().as_secs_f64(),
-                simulated_s: step_sim,
-                committed_total: canvas.committed_total(),
-            };
-            steps += 1;
-            frames += 1;
-            step_in_block += 1;
-            if on_frame(&frame).is_break() {
-                stop_reason = StopReason::CallerStopped;
-                break 'blocks;
-            }
-        }
-        if settings.early_stop_eos && block.1 > block.0 && stop_ids.contains(&canvas.tokens()[block.1 - 1]) {
-            stop_reason = StopReason::Eos;
-            break;
-        }
+            });
+            (d, threaded, inline_job)
+        });
+        let outcome = match (threaded, inline_job) {
+            (Some(r), _) => r.map(Some),
+            (None, Some(j)) if dense_result.is_ok() => RevisionWorker::run(backend, j).map(Some),
+            _ => Ok(None),
+        };
+        (dense_result, outcome)
     }
 
-    if in_flight.take().is_some() {
-        stats.dropped_jobs += 1;
+    /// Books the CPU path's outcome and returns the step's simulated time under the schedule.
+    pub(crate) fn after_forward(
+        &mut self,
+        outcome: Option<RevisionOutcome>,
+        dense_s: Option<f64>,
+        step: usize,
+        backend: &mut dyn Backend,
+        stats: &mut DualPathStats,
+    ) -> Option<f64> {
+        let was_threaded = outcome.is_some() && self.executor.is_some();
+        let cpu_s = outcome.as_ref().and_then(|o| o.simulated_s);
+        let step_sim = match (dense_s, cpu_s) {
+            // Async: the dense path never waits for the CPU path.
+            (Some(d), _) if !self.lockstep => Some(d),
+            // Lockstep: the CPU path runs beside the dense forward, the step lasts as long as the
+            // longer of the two (inline revision adds to the dense path's time instead).
+            (Some(d), Some(c)) if self.executor.is_some() => Some(d.max(c)),
+            (Some(d), Some(c)) => Some(d + c),
+            (d, c) => d.or(c),
+        };
+        if let Some(o) = outcome {
+            stats.cpu_forwards += o.forwards;
+            if !stats.cpu_threads.contains(&o.thread) {
+                stats.cpu_threads.push(o.thread);
+            }
+            stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
+            let done_at = if self.lockstep { self.clock } else { self.clock + o.simulated_s.unwrap_or(0.0) };
+            self.in_flight = Some(InFlight { outcome: o, done_at, step });
+        }
+        if let Some(s) = step_sim {
+            self.clock += s;
+        }
+        if self.lockstep && was_threaded {
+            backend.sync_cpu_path();
+        }
+        step_sim
     }
-    let fill = settings.eos_id(&cfg).unwrap_or(mask);
-    let tokens: Vec<u32> = (prompt.len()..len).map(|p| if canvas.is_masked(p) { fill } else { canvas.tokens()[p] }).collect();
-    let committed = canvas.committed_total();
-    let out = DecodeOutput {
-        tokens,
-        steps,
-        forwards,
-        tokens_per_forward: if forwards > 0 { committed as f64 / forwards as f64 } else { 0.0 },
-        wall_s: t0.elapsed().as_secs_f64(),
-        simulated_s: simulated,
-        frames,
-        stop_reason,
-        canvas,
-    };
-    Ok((out, stats))
+
+    /// The step boundary: verdicts of a job that has ended are validated and applied, revised
+    /// K/V merged into the cache, and finished blocks' waiting tokens promoted.
+    pub(crate) fn step_boundary(
+        &mut self,
+        canvas: &mut Canvas,
+        kv: Option<&mut KvCache>,
+        prompt_len: usize,
+        block: (usize, usize),
+        step: usize,
+        stats: &mut DualPathStats,
+    ) -> Result<Vec<TokenChange>> {
+        let clock = self.clock;
+        let Some(f) = self.in_flight.take_if(|f| f.done_at <= clock + 1e-12) else { return Ok(Vec::new()) };
+        let o = &f.outcome;
+        stats.deferred += usize::from(f.step != step);
+        let mut changes = self.life.apply(canvas, o, step);
+        stats.revisions += changes.iter().filter(|c| c.revised).count();
+        stats.promotions += changes.iter().filter(|c| c.state == TokenState::Stable).count();
+        if let (Some(p), Some(k)) = (o.pending.as_ref(), kv) {
+            let merged = p.merge_into(k, canvas.tokens())?;
+            if !merged.is_empty() {
+                stats.merges.push(MergeEvent { step, positions: merged });
+            }
+        }
+        // Tokens of finished blocks that waited for these verdicts are done now.
+        let late = self.life.promote_block(canvas, prompt_len, block.0, step, &[]);
+        stats.promotions += late.len();
+        changes.extend(late);
+        Ok(changes)
+    }
+
+    /// Leaving a completed block: positions an in-flight job checks wait for its verdicts,
+    /// unless the run ends here (the job is then dropped).
+    pub(crate) fn leave_block(
+        &mut self,
+        canvas: &mut Canvas,
+        prompt_len: usize,
+        block: (usize, usize),
+        step: usize,
+        ends_run: bool,
+        stats: &mut DualPathStats,
+    ) -> Vec<TokenChange> {
+        if ends_run && self.in_flight.take().is_some() {
+            stats.dropped_jobs += 1;
+        }
+        let waiting = self.in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
+        let promoted = self.life.promote_block(canvas, prompt_len, block.1, step, &waiting);
+        stats.promotions += promoted.len();
+        promoted
+    }
+
+    /// A job still in flight when the run ends never lands.
+    pub(crate) fn finish(&mut self, stats: &mut DualPathStats) {
+        if self.in_flight.take().is_some() {
+            stats.dropped_jobs += 1;
+        }
+    }
 }

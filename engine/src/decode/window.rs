@@ -8,9 +8,11 @@
 //! (`max_lookahead` more positions). Without one (CPU), `token_buckets` from the settings apply
 //! (empty = exact windows, lookahead only when triggered).
 
-use crate::backend::CostProfile;
-
+use super::cache::{DecodeCache, ForwardPlan};
+use super::settings::{CacheMode, DecodeSettings};
 use super::speculative::SpeculativeSettings;
+use crate::backend::{Backend, CostProfile};
+use crate::model::{KvCache, KvMode};
 
 /// The span `[start, end)` one dense forward covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,154 @@ impl WindowPlanner {
         };
         let end = (start + padded).min(len);
         WindowSpan { start, end, padded, lookahead }
+    }
+}
+
+/// The forward of one step: window `[start, end)` of the canvas and how it uses the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepWindow {
+    pub start: usize,
+    pub end: usize,
+    pub kv: KvMode,
+    /// The block-start forward that (re)builds the cache.
+    pub refresh: bool,
+    /// Tokens after bucket padding.
+    pub padded: usize,
+    /// Whether the speculative lookahead extended it.
+    pub lookahead: bool,
+    /// Where drafts of later blocks may come from (the planner's span, within the window).
+    pub draft_end: usize,
+    /// First position without fresh cached K/V (0 without a cache).
+    pub cached_to: usize,
+}
+
+/// Chooses each step's window and keeps the K/V cache valid: the one seam between the denoising
+/// loop and its caches.
+pub trait WindowPolicy {
+    /// The window of step `step_in_block` (0 = block start) of `block` on a canvas of `len`
+    /// positions whose block still has `masked` positions.
+    fn plan(&mut self, step_in_block: usize, block: (usize, usize), len: usize, masked: &[usize]) -> StepWindow;
+    /// Updates validity after the forward of `w` (`first_masked`: the block's first mask then).
+    fn after_forward(&mut self, w: &StepWindow, block: (usize, usize), first_masked: usize);
+    fn kv(&self) -> Option<&KvCache>;
+    fn kv_mut(&mut self) -> Option<&mut KvCache>;
+    /// Token buckets windows are padded to (empty = exact windows).
+    fn buckets(&self) -> &[usize] {
+        &[]
+    }
+}
+
+/// The reference windows: the whole canvas, or Fast-dLLM's prefix / dual cache windows.
+pub struct BlockWindows(DecodeCache);
+
+impl BlockWindows {
+    pub fn new(backend: &dyn Backend, mode: CacheMode, len: usize) -> Self {
+        BlockWindows(DecodeCache::new(backend, mode, len))
+    }
+}
+
+impl WindowPolicy for BlockWindows {
+    fn plan(&mut self, step_in_block: usize, block: (usize, usize), len: usize, _masked: &[usize]) -> StepWindow {
+        let p = self.0.plan(step_in_block, block, len);
+        StepWindow {
+            start: p.start,
+            end: p.end,
+            kv: p.kv,
+            refresh: p.refresh,
+            padded: p.end - p.start,
+            lookahead: false,
+            draft_end: p.end,
+            cached_to: 0,
+        }
+    }
+    fn after_forward(&mut self, w: &StepWindow, block: (usize, usize), _first_masked: usize) {
+        let plan = ForwardPlan { start: w.start, end: w.end, kv: w.kv, refresh: w.refresh };
+        self.0.after_forward(&plan, block);
+    }
+    fn kv(&self) -> Option<&KvCache> {
+        self.0.kv()
+    }
+    fn kv_mut(&mut self) -> Option<&mut KvCache> {
+        self.0.kv_mut()
+    }
+}
+
+/// The NPU-aware windows. Without a cache the whole canvas. With the prefix cache the block's
+/// first step is Fast-dLLM's full refresh; later steps forward `[frontier, end)` with
+/// `ReadWrite`, `frontier` being the first position not in the cache (the window slides right as
+/// tokens commit) and `end` the planner's (block remainder, plus lookahead when the trigger
+/// fires, padded to the token bucket); after the forward the cache keeps exactly
+/// `[0, first masked position)`. The dual cache slides the same way but keeps every slot valid,
+/// so the window also attends to the stale K/V right of it. Shifted-logit models (Dream) start
+/// the window one position earlier.
+pub struct SlidingWindows {
+    planner: WindowPlanner,
+    kv: Option<KvCache>,
+    dual: bool,
+    shift: bool,
+    /// First position whose cached K/V is not fresh (dual cache).
+    fresh_to: usize,
+}
+
+impl SlidingWindows {
+    pub fn new(backend: &dyn Backend, settings: &DecodeSettings, len: usize) -> Self {
+        let no_lookahead = SpeculativeSettings { trigger: 0, max_lookahead: 0, ..Default::default() };
+        let spec = settings.speculative.as_ref().unwrap_or(&no_lookahead);
+        SlidingWindows {
+            planner: WindowPlanner::new(backend.cost_profile().as_ref(), spec),
+            kv: (settings.cache != CacheMode::None).then(|| backend.new_cache(len)),
+            dual: settings.cache == CacheMode::Dual,
+            shift: backend.config().shift_logits,
+            fresh_to: 0,
+        }
+    }
+}
+
+impl WindowPolicy for SlidingWindows {
+    fn plan(&mut self, step_in_block: usize, block: (usize, usize), len: usize, masked: &[usize]) -> StepWindow {
+        let first_masked = masked.first().copied().unwrap_or(block.1);
+        let cached = self.kv.is_some();
+        let refresh = cached && step_in_block == 0;
+        let cached_to = match self.kv.as_ref() {
+            Some(_) if self.dual => self.fresh_to,
+            Some(k) => (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len),
+            None => 0,
+        };
+        let frontier = if cached && !refresh { cached_to.min(first_masked) } else { first_masked };
+        let span = self.planner.plan(frontier, block.1, len, masked.len());
+        let src = if self.shift { frontier.saturating_sub(1) } else { frontier };
+        let (start, end, kv) = match (cached, refresh) {
+            (false, _) => (0, len, KvMode::Ignore),
+            (true, true) => (0, len, KvMode::ReadWrite),
+            (true, false) => (src, span.end, KvMode::ReadWrite),
+        };
+        StepWindow {
+            start,
+            end,
+            kv,
+            refresh,
+            padded: self.planner.pad(end - start),
+            lookahead: span.lookahead,
+            draft_end: span.end.min(end),
+            cached_to,
+        }
+    }
+    fn after_forward(&mut self, _w: &StepWindow, _block: (usize, usize), first_masked: usize) {
+        // The window's K/V up to the first mask were computed from real tokens.
+        match self.kv.as_mut() {
+            Some(_) if self.dual => self.fresh_to = first_masked,
+            Some(k) => k.invalidate_from(first_masked),
+            None => {}
+        }
+    }
+    fn kv(&self) -> Option<&KvCache> {
+        self.kv.as_ref()
+    }
+    fn kv_mut(&mut self) -> Option<&mut KvCache> {
+        self.kv.as_mut()
+    }
+    fn buckets(&self) -> &[usize] {
+        self.planner.buckets()
     }
 }
 

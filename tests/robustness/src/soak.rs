@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, DecodeSettings};
-use unmask_engine::model::{load_model, ChatMessage};
+use unmask_engine::decode::CancelFlag;
+use unmask_engine::model::ChatMessage;
+use unmask_engine::run::{BackendSpec, ModelParts, RunPrompt, Session, SettingsOverrides};
 
 use crate::runner::status_kib;
 
@@ -278,47 +278,49 @@ fn fail(mut report: SoakReport, started: Instant, peak: Option<u64>, error: Stri
     report.finish(started, peak)
 }
 
-/// `runs` generations of the model in `model_dir` inside this process, as the app's state
-/// makes them: the model loaded once, then per run a fresh CPU backend over the shared
-/// weights, the prompt rendered and encoded, a short decode, the reply decoded. This process's
-/// VmRSS is read after every run.
-pub fn in_process_generate_soak(model_dir: &Path, runs: usize) -> SoakReport {
-    let mut report = SoakReport::new("in_process_generate", runs);
+/// `runs` calls of `run_once(i)` inside this process, this process's VmRSS read after each:
+/// the soak of any in-process front end (the engine's run session, the app's state).
+pub fn in_process_soak(name: &str, runs: usize, mut run_once: impl FnMut(usize) -> Result<(), String>) -> SoakReport {
+    let mut report = SoakReport::new(name, runs);
     let started = Instant::now();
-    let model = match load_model(model_dir) {
-        Ok(m) => m,
-        Err(e) => return fail(report, started, None, format!("loading {}: {e}", model_dir.display())),
-    };
-    let transformer = Arc::new(model.transformer);
-    let settings = DecodeSettings { gen_length: 16, block_length: 16, steps: 4, ..DecodeSettings::default() };
-    let cfg = transformer.config.clone();
-    let stop: Vec<u32> = [cfg.eos_token_id, cfg.eot_token_id].into_iter().flatten().collect();
     for i in 0..runs {
-        let mut backend = CpuBackend::new(transformer.clone());
-        let text = model.template.render(&[ChatMessage::user(format!("{} ({i})", PROMPTS[i % PROMPTS.len()]))], true);
-        let ids = match model.tokenizer.encode(&text) {
-            Ok(ids) => ids,
-            Err(e) => {
-                report.error = Some(format!("run {i}: encoding: {e}"));
-                break;
-            }
-        };
-        let out = generate(&mut backend, &ids, &settings, &CancelFlag::new(), |_| ControlFlow::Continue(()));
-        match out {
-            Ok(o) => {
-                let reply = model.tokenizer.decode(trim_at_stop(&o.tokens, &stop), true);
-                std::hint::black_box(reply);
-            }
-            Err(e) => {
-                report.error = Some(format!("run {i}: {e}"));
-                break;
-            }
+        if let Err(e) = run_once(i) {
+            report.error = Some(format!("run {i}: {e}"));
+            break;
         }
-        drop(backend);
         if let Some(kib) = proc_status("self").and_then(|s| status_kib(&s, "VmRSS:")) {
             report.rss_mib.push(kib as f64 / 1024.0);
         }
     }
     let peak = proc_status("self").and_then(|s| status_kib(&s, "VmHWM:"));
     report.finish(started, peak)
+}
+
+/// A varied user prompt for soak run `i`.
+pub fn soak_prompt(i: usize) -> String {
+    format!("{} ({i})", PROMPTS[i % PROMPTS.len()])
+}
+
+/// `runs` generations of the model in `model_dir` through the engine's run pipeline (the one
+/// the CLI and the app use): the model loaded once, a session per run on the CPU backend, the
+/// prompt rendered and encoded, a short decode, the answer cut at the stop tokens.
+pub fn in_process_generate_soak(model_dir: &Path, runs: usize) -> SoakReport {
+    let model = match ModelParts::load(model_dir) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            let mut r = SoakReport::new("in_process_generate", runs);
+            r.error = Some(format!("loading {}: {e}", model_dir.display()));
+            return r.finish(Instant::now(), None);
+        }
+    };
+    let overrides = SettingsOverrides { gen_length: Some(16), block_length: Some(16), steps: Some(4), ..Default::default() };
+    in_process_soak("in_process_generate", runs, |i| {
+        let mut session = Session::open(model.clone(), &BackendSpec::Cpu).map_err(|e| e.to_string())?;
+        let settings = session.settings(&overrides).map_err(|e| e.to_string())?;
+        let messages = [ChatMessage::user(soak_prompt(i))];
+        let ids = session.prompt_ids(RunPrompt::Chat(&messages)).map_err(|e| e.to_string())?;
+        let out = session.run(&ids, &settings, &CancelFlag::new(), &mut |_| ControlFlow::Continue(())).map_err(|e| e.to_string())?;
+        std::hint::black_box(out.text);
+        Ok(())
+    })
 }
