@@ -43,7 +43,7 @@ pub enum EngineError {
     #[error("{path}: bad model config: {reason}")]
     Config { path: PathBuf, reason: String },
     /// The checkpoint names an architecture we do not run.
-    #[error("{path}: unknown architecture `{arch}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3)")]
+    #[error("{path}: unknown architecture `{}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3)", shown(arch))]
     UnknownArchitecture { path: PathBuf, arch: String },
     /// No tokenizer could be found or built.
     #[error("{path}: tokenizer: {reason}")]
@@ -66,6 +66,16 @@ pub enum EngineError {
     /// A QNN (Qualcomm NPU) library, provider or API call failed.
     #[error("QNN: {0}")]
     Qnn(#[from] qnn_sys::QnnError),
+}
+
+/// A string read from a file, safe to print on one line: control characters escaped, long
+/// ones cut.
+pub(crate) fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
 }
 
 /// A shape in words: `[4096, 192]` reads as "4096 x 192".

@@ -50,7 +50,10 @@ impl DType {
     /// Bytes needed for `n` elements (`n` must be a whole number of blocks).
     pub fn bytes_for(self, n: usize) -> Option<usize> {
         let b = self.block_elems();
-        (n % b == 0).then(|| n / b * self.block_bytes())
+        if n % b != 0 {
+            return None;
+        }
+        (n / b).checked_mul(self.block_bytes())
     }
     /// Name as written in safetensors headers / GGUF type tables.
     pub fn name(self) -> &'static str {
@@ -152,7 +155,12 @@ pub struct RawTensor {
 impl RawTensor {
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        // Readers bound every tensor by its bytes, but a zero dimension can hide an overflowing
+        // product of the others: zero wins, else the product saturates.
+        if self.shape.contains(&0) {
+            return 0;
+        }
+        self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).unwrap_or(usize::MAX)
     }
     /// Fails unless the shape equals `expected`.
     pub fn expect_shape(&self, expected: &[usize]) -> Result<()> {

@@ -25,10 +25,15 @@ impl TextTokenizer {
         }
         let text = super::files::read_text(path)?;
         check_model_section(&text).map_err(|reason| EngineError::Tokenizer { path: path.to_owned(), reason })?;
-        let inner = text.parse::<tokenizers::Tokenizer>().map_err(|e| EngineError::Tokenizer {
+        let parsed = guarded(|| text.parse::<tokenizers::Tokenizer>().map_err(|e| e.to_string()));
+        let mut inner = parsed.map_err(|e| EngineError::Tokenizer {
             path: path.to_owned(),
             reason: one_line(&format!("not a valid tokenizer.json ({e})")),
         })?;
+        // Padding and truncation are batch settings of the file's training setup; honouring them
+        // would let a file pad every prompt to an arbitrary length.
+        inner.with_padding(None);
+        let _ = inner.with_truncation(None);
         Self::checked(inner, path)
     }
 
@@ -62,21 +67,19 @@ impl TextTokenizer {
 
     /// Encodes text; special-token strings in it (e.g. from a chat template) map to their ids.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| EngineError::Tokenizer { path: self.source.clone(), reason: one_line(&e.to_string()) })?;
+        let enc = guarded(|| self.inner.encode(text, false).map_err(|e| e.to_string()))
+            .map_err(|e| EngineError::Tokenizer { path: self.source.clone(), reason: one_line(&e) })?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Decodes ids to text, optionally dropping special tokens.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
-        self.inner.decode(ids, skip_special).unwrap_or_default()
+        guarded(|| self.inner.decode(ids, skip_special).map_err(|e| e.to_string())).unwrap_or_default()
     }
 
     /// Text of a single token (specials included), for per-token displays.
     pub fn token_text(&self, id: u32) -> String {
-        self.inner.decode(&[id], false).unwrap_or_default()
+        guarded(|| self.inner.decode(&[id], false).map_err(|e| e.to_string())).unwrap_or_default()
     }
 
     /// Id of a token string, if present.
@@ -89,6 +92,9 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 }
+
+/// Longest added (special) token accepted; real ones are a few dozen bytes.
+const MAX_ADDED_TOKEN_BYTES: usize = 256;
 
 /// Error texts from dependencies may span lines; ours are one line each.
 fn one_line(s: &str) -> String {
@@ -117,6 +123,11 @@ fn check_model_section(text: &str) -> std::result::Result<(), String> {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(|t| t.get("content").and_then(Value::as_str)).collect())
         .unwrap_or_default();
+    // The added-token matcher is quadratic in a token's length: a hostile file stalls loading.
+    if let Some(long) = added.iter().find(|t| t.len() > MAX_ADDED_TOKEN_BYTES) {
+        let shown: String = long.chars().take(24).collect();
+        return Err(format!("added token `{}…` is {} bytes long (at most {MAX_ADDED_TOKEN_BYTES})", shown.escape_default(), long.len()));
+    }
     if let Some(unk) = model.get("unk_token").and_then(Value::as_str) {
         if !vocab.contains_key(unk) && !added.contains(unk) {
             return Err(format!("`model.unk_token` `{unk}` is not in `model.vocab`"));
@@ -144,4 +155,11 @@ fn check_model_section(text: &str) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Runs a call into the `tokenizers` crate, turning a panic inside it (some malformed
+/// normalisers and decoders panic instead of returning an error) into an error.
+fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, String>) -> std::result::Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err("the tokenizer failed inside the tokenizers library (malformed normalizer, decoder or added tokens)".into()))
 }

@@ -131,6 +131,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<TextTokenizer> {
         .map(|(s, &t)| AddedToken::from((*s).to_owned(), t == TOKEN_CONTROL))
         .collect();
     // Control tokens are special (dropped by `decode(skip_special)`); user-defined ones are plain text.
+    check_added_lengths(path, added.iter().map(|t| t.content.as_str()))?;
     let (special, normal): (Vec<_>, Vec<_>) = added.into_iter().partition(|t| t.special);
     tk.add_special_tokens(&special);
     tk.add_tokens(&normal);
@@ -221,9 +222,27 @@ fn spm_tokenizer(file: &GgufFile) -> Result<TextTokenizer> {
             _ => {}
         }
     }
+    check_added_lengths(path, special.iter().chain(&normal).map(|t| t.content.as_str()))?;
     tk.add_special_tokens(&special);
     tk.add_tokens(&normal);
     TextTokenizer::from_tokenizer(tk, path)
+}
+
+/// Longest control or user-defined token accepted; real ones are a few dozen bytes.
+const MAX_ADDED_TOKEN_BYTES: usize = 256;
+
+/// The added-token matcher is quadratic in a token's length: a hostile file would stall loading.
+fn check_added_lengths<'a>(path: &Path, tokens: impl Iterator<Item = &'a str>) -> Result<()> {
+    for t in tokens {
+        if t.len() > MAX_ADDED_TOKEN_BYTES {
+            let shown: String = t.chars().take(24).collect();
+            return Err(err(
+                path,
+                format!("control token `{}…` is {} bytes long (at most {MAX_ADDED_TOKEN_BYTES})", shown.escape_default(), t.len()),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Chooses our chat template from `tokenizer.chat_template` (falling back to the family default).
