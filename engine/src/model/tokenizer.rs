@@ -93,6 +93,60 @@ impl TextTokenizer {
     }
 }
 
+/// A SentencePiece `Precompiled` normaliser's charsmap starts with the byte size of its trie;
+/// the `tokenizers` crate allocates that size before checking it against the data, so a damaged
+/// size would make loading allocate gigabytes.
+fn check_precompiled(n: &serde_json::Value, at: &str) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    if let Some(Value::Array(items)) = n.get("normalizers") {
+        for (i, item) in items.iter().enumerate() {
+            check_precompiled(item, &format!("{at}.normalizers[{i}]"))?;
+        }
+    }
+    if n.get("type").and_then(Value::as_str) != Some("Precompiled") {
+        return Ok(());
+    }
+    let Some(map) = n.get("precompiled_charsmap").and_then(Value::as_str) else { return Ok(()) };
+    let bytes = base64_decode(map).ok_or_else(|| format!("`{at}.precompiled_charsmap` is not base64"))?;
+    let trie = bytes.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    match trie {
+        Some(t) if t <= bytes.len() - 4 => Ok(()),
+        Some(t) => Err(format!("`{at}.precompiled_charsmap` is damaged: its trie claims {t} bytes of the {} it holds", bytes.len() - 4)),
+        None => Err(format!("`{at}.precompiled_charsmap` is shorter than its 4-byte header")),
+    }
+}
+
+/// Standard base64 (with or without padding); `None` on any other character.
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let clean: Vec<u8> = s.bytes().filter(|&c| c != b'=' && !c.is_ascii_whitespace()).collect();
+    let mut out = Vec::with_capacity(clean.len() * 3 / 4);
+    for chunk in clean.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | val(c)?;
+        }
+        acc <<= 6 * (4 - chunk.len() as u32);
+        let n = match chunk.len() {
+            4 => 3,
+            3 => 2,
+            2 => 1,
+            _ => return None,
+        };
+        out.extend_from_slice(&acc.to_be_bytes()[1..1 + n]);
+    }
+    Some(out)
+}
+
 /// Longest added (special) token accepted; real ones are a few dozen bytes.
 const MAX_ADDED_TOKEN_BYTES: usize = 256;
 
@@ -107,6 +161,9 @@ fn one_line(s: &str) -> String {
 fn check_model_section(text: &str) -> std::result::Result<(), String> {
     use serde_json::Value;
     let json: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON ({e})"))?;
+    if let Some(n) = json.get("normalizer") {
+        check_precompiled(n, "normalizer")?;
+    }
     let Some(model) = json.get("model") else { return Err("no `model` section".into()) };
     let kind = model.get("type").and_then(Value::as_str).unwrap_or("");
     let describe = crate::model::config::describe;
@@ -162,4 +219,18 @@ fn check_model_section(text: &str) -> std::result::Result<(), String> {
 fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, String>) -> std::result::Result<T, String> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
         .unwrap_or_else(|_| Err("the tokenizer failed inside the tokenizers library (malformed normalizer, decoder or added tokens)".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn base64_decodes_and_damaged_charsmaps_are_refused() {
+        assert_eq!(super::base64_decode("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(super::base64_decode("aGVsbG8").unwrap(), b"hello");
+        assert!(super::base64_decode("a$b").is_none());
+        let n = serde_json::json!({"type": "Precompiled", "precompiled_charsmap": "////////////"});
+        assert!(super::check_precompiled(&n, "normalizer").unwrap_err().contains("damaged"));
+        let ok = serde_json::json!({"type": "Precompiled", "precompiled_charsmap": "AAAAAA=="});
+        assert!(super::check_precompiled(&ok, "normalizer").is_ok());
+    }
 }

@@ -78,6 +78,11 @@ pub struct FuzzConfig {
     pub exec_timeout: Duration,
     /// Resident-memory growth that aborts the run (after saving the input).
     pub rss_growth_limit: u64,
+    /// Executions slower than this are reported as slow inputs.
+    pub slow_exec: Duration,
+    /// Recognises open bugs already on file: their findings are reported (marked `known`) but
+    /// not minimised or saved again.
+    pub known: Option<fn(&Finding) -> bool>,
 }
 
 impl Default for FuzzConfig {
@@ -89,8 +94,10 @@ impl Default for FuzzConfig {
             targets: Vec::new(),
             save_dir: None,
             minimize_time: Duration::from_secs(2),
-            exec_timeout: Duration::from_secs(60),
-            rss_growth_limit: 4 << 30,
+            exec_timeout: Duration::from_secs(120),
+            rss_growth_limit: 2 << 30,
+            slow_exec: Duration::from_secs(1),
+            known: None,
         }
     }
 }

@@ -18,6 +18,7 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// Single requests above this are over-allocations (and are served without committing memory).
 pub const HARD_CAP: usize = 1 << 30;
@@ -51,8 +52,18 @@ pub struct AllocStats {
     pub over_cap_request: Option<u64>,
 }
 
-/// Opens a measuring window (callers serialise windows; see `exec`).
-pub fn begin() {
+/// One window at a time: the counters are process-wide.
+static WINDOW: Mutex<()> = Mutex::new(());
+
+/// Runs `f` inside a measuring window and returns what it allocated. Windows are serialised.
+pub fn measure<R>(f: impl FnOnce() -> R) -> (R, AllocStats) {
+    let _one = WINDOW.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    begin();
+    let r = f();
+    (r, end())
+}
+
+fn begin() {
     LIVE.store(0, Relaxed);
     PEAK.store(0, Relaxed);
     LARGEST.store(0, Relaxed);
@@ -61,8 +72,7 @@ pub fn begin() {
     ACTIVE.store(true, Relaxed);
 }
 
-/// Closes the window and returns what it saw.
-pub fn end() -> AllocStats {
+fn end() -> AllocStats {
     ACTIVE.store(false, Relaxed);
     let over = OVER_CAP.load(Relaxed);
     AllocStats {

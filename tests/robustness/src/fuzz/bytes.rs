@@ -154,6 +154,10 @@ impl<'a> ByteSource<'a> {
     pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.index(items.len())]
     }
+    /// True with probability about `1 / n` (`n` > 0).
+    pub fn one_in(&mut self, n: u8) -> bool {
+        self.u8().is_multiple_of(n.max(1))
+    }
     /// Up to `n` raw bytes (fewer near the end).
     pub fn take(&mut self, n: usize) -> &'a [u8] {
         let start = self.pos.min(self.data.len());

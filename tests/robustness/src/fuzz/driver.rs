@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use super::alloc::{self, HARD_CAP};
+use super::alloc::HARD_CAP;
 use super::exec::{self, Execution, Verdict};
 use super::regressions::{self, fingerprint};
 use super::report::{Finding, FindingKind, TargetReport, WordingExample};
@@ -18,6 +18,8 @@ use super::{bundle, wording, FuzzConfig};
 const BYTES_PER_INPUT_BYTE: u64 = 64;
 const SLACK: u64 = 64 << 20;
 const MAX_CORPUS: usize = 256;
+/// Slow inputs kept per target.
+const MAX_SLOW: usize = 3;
 /// Wording examples kept per target and issue.
 const EXAMPLES_PER_ISSUE: usize = 3;
 
@@ -38,6 +40,7 @@ pub fn classify(target: &dyn Target, input: &[u8], ex: &Execution, tracking: boo
         input: input.to_vec(),
         input_len: input.len(),
         saved_as: None,
+        known: false,
     };
     if let Verdict::Panicked(p) = &ex.verdict {
         return Some(finding(FindingKind::Panic, p.message.clone(), p.location.clone(), p.engine_frame.clone()));
@@ -46,14 +49,15 @@ pub fn classify(target: &dyn Target, input: &[u8], ex: &Execution, tracking: boo
         return None;
     }
     if let Some(size) = ex.alloc.over_cap_request {
-        let site = alloc::over_cap_site().unwrap_or_default();
+        let site = ex.over_cap_site.clone().unwrap_or_default();
         let engine = site.starts_with("engine/src/").then(|| site.clone());
         let message = format!("single allocation of {size} bytes (cap {HARD_CAP}) for a {}-byte input", input.len());
         return Some(finding(FindingKind::OverAllocation, message, site, engine));
     }
     let bound = peak_bound(input.len(), target.allowance());
     if ex.alloc.peak_bytes > bound {
-        let message = format!("peak heap {} bytes above the bound {bound} for a {}-byte input", ex.alloc.peak_bytes, input.len());
+        let message =
+            format!("peak heap {} bytes above the bound {bound} for a {}-byte input", ex.alloc.peak_bytes, input.len());
         return Some(finding(FindingKind::PeakAllocation, message, String::new(), None));
     }
     None
@@ -75,7 +79,8 @@ impl Corpus {
             return Vec::new();
         }
         // A third of the time from the seeds, so valid structure keeps coming back.
-        let i = if self.n_seeds > 0 && rng.chance(1, 3) { rng.below(self.n_seeds) } else { rng.below(self.entries.len()) };
+        let i =
+            if self.n_seeds > 0 && rng.chance(1, 3) { rng.below(self.n_seeds) } else { rng.below(self.entries.len()) };
         self.entries[i].clone()
     }
     fn offer(&mut self, input: &[u8], rng: &mut Rng) {
@@ -164,6 +169,9 @@ pub fn run_target(target: &mut dyn Target, cfg: &FuzzConfig, tracking: bool) -> 
             }
             interesting = false;
         }
+        if ex.elapsed > cfg.slow_exec && !matches!(ex.verdict, Verdict::Panicked(_)) {
+            note_slow(&mut rep, name, &input, &ex);
+        }
         if interesting {
             corpus.offer(&input, &mut rng);
         }
@@ -175,8 +183,36 @@ pub fn run_target(target: &mut dyn Target, cfg: &FuzzConfig, tracking: bool) -> 
     rep
 }
 
+/// Keeps the slowest few inputs (hostile inputs that cost seconds are worth a look).
+fn note_slow(rep: &mut TargetReport, target: &str, input: &[u8], ex: &Execution) {
+    let ms = ex.elapsed.as_secs_f64() * 1e3;
+    let verdict = match &ex.verdict {
+        Verdict::Accepted => "accepted".to_owned(),
+        Verdict::Rejected { message, .. } => message.chars().take(120).collect(),
+        Verdict::Panicked(p) => p.message.clone(),
+    };
+    rep.slow.push(Finding {
+        target: target.to_owned(),
+        kind: FindingKind::Slow,
+        message: format!("{ms:.0} ms ({verdict})"),
+        location: String::new(),
+        engine_frame: None,
+        hits: 1,
+        input: input.to_vec(),
+        input_len: input.len(),
+        saved_as: None,
+        known: false,
+    });
+    rep.slow.sort_by_key(|f| std::cmp::Reverse(f.message.split(' ').next().and_then(|m| m.parse::<u64>().ok())));
+    rep.slow.truncate(MAX_SLOW);
+}
+
 /// Minimises a new finding's input and saves it.
 fn keep(target: &mut dyn Target, mut f: Finding, sig: &str, cfg: &FuzzConfig, tracking: bool) -> Finding {
+    if cfg.known.is_some_and(|known| known(&f)) {
+        f.known = true;
+        return f;
+    }
     if !cfg.minimize_time.is_zero() {
         f.input = minimize(target, &f.input, sig, cfg.minimize_time, tracking);
         f.input_len = f.input.len();
@@ -186,6 +222,7 @@ fn keep(target: &mut dyn Target, mut f: Finding, sig: &str, cfg: &FuzzConfig, tr
             FindingKind::Panic => "panic",
             FindingKind::OverAllocation => "overalloc",
             FindingKind::PeakAllocation => "peak",
+            FindingKind::Slow => "slow",
         };
         f.saved_as = regressions::save(dir, target.name(), kind, &f.input).ok();
     }

@@ -35,6 +35,8 @@ pub enum Verdict {
 pub struct Execution {
     pub verdict: Verdict,
     pub alloc: AllocStats,
+    /// Where the first over-cap request came from (`engine/src/…:line` when it is the engine's).
+    pub over_cap_site: Option<String>,
     pub elapsed: Duration,
 }
 
@@ -45,10 +47,10 @@ pub fn execute(target: &mut dyn Target, input: &[u8]) -> Execution {
     watchdog::enter(target.name(), input);
     let started = Instant::now();
     panics::begin();
-    alloc::begin();
-    let result = catch_unwind(AssertUnwindSafe(|| target.execute(input)));
-    let alloc = alloc::end();
+    let (result, alloc) = alloc::measure(|| catch_unwind(AssertUnwindSafe(|| target.execute(input))));
     let captured = panics::end();
+    // Resolved before the next window overwrites the captured frames.
+    let over_cap_site = alloc.over_cap_request.and_then(|_| alloc::over_cap_site());
     let elapsed = started.elapsed();
     watchdog::leave();
     let verdict = match result {
@@ -60,7 +62,7 @@ pub fn execute(target: &mut dyn Target, input: &[u8]) -> Execution {
             engine_frame: None,
         })),
     };
-    Execution { verdict, alloc, elapsed }
+    Execution { verdict, alloc, over_cap_site, elapsed }
 }
 
 /// The variant name of an engine error (the "kind" of a rejection), read from its Debug form so

@@ -13,9 +13,19 @@ use super::rng::Rng;
 #[derive(Debug, Clone)]
 pub enum Val {
     /// A fixed-size value: type id and its little-endian bytes.
-    Scalar { ty: u32, bytes: Vec<u8> },
-    Str { len: Option<u64>, bytes: Vec<u8> },
-    Array { elem: u32, len: Option<u64>, items: Vec<Val> },
+    Scalar {
+        ty: u32,
+        bytes: Vec<u8>,
+    },
+    Str {
+        len: Option<u64>,
+        bytes: Vec<u8>,
+    },
+    Array {
+        elem: u32,
+        len: Option<u64>,
+        items: Vec<Val>,
+    },
 }
 
 /// One key/value; `ty` overrides the written type id.
@@ -101,7 +111,9 @@ pub fn from_value(v: &GgufValue) -> Val {
         GgufValue::F32(x) => scalar(6, &x.to_le_bytes()),
         GgufValue::Bool(x) => scalar(7, &[*x as u8]),
         GgufValue::String(s) => Val::str(s),
-        GgufValue::Array(t, items) => Val::Array { elem: t.id(), len: None, items: items.iter().map(from_value).collect() },
+        GgufValue::Array(t, items) => {
+            Val::Array { elem: t.id(), len: None, items: items.iter().map(from_value).collect() }
+        }
         GgufValue::U64(x) => scalar(10, &x.to_le_bytes()),
         GgufValue::I64(x) => scalar(11, &x.to_le_bytes()),
         GgufValue::F64(x) => scalar(12, &x.to_le_bytes()),
@@ -208,7 +220,17 @@ pub fn hostile_val(rng: &mut Rng) -> Val {
         6 => scalar(12, &rng.pick(&[f64::NAN, f64::NEG_INFINITY, 1e300]).to_le_bytes()),
         7 => scalar(7, &[*rng.pick(&[0u8, 1, 2, 255])]),
         8 => scalar(0, &[*rng.pick(&[0u8, 1, 255])]),
-        9 => Val::str(*rng.pick(&["", "llama", "gpt2", "qwen2", "llada", "llada-moe", "dream", "unknown", "\u{0}"])),
+        9 => Val::str(rng.pick::<&str>(&[
+            "",
+            "llama",
+            "gpt2",
+            "qwen2",
+            "llada",
+            "llada-moe",
+            "dream",
+            "unknown",
+            "\u{0}",
+        ])),
         10 => Val::Str { len: None, bytes: vec![0xC3, 0x28, 0xFF, 0xFE] },
         11 => Val::Str { len: Some(*rng.pick(bytes::BOUNDARY_U64)), bytes: b"abc".to_vec() },
         12 => Val::Array { elem: 4, len: None, items: Vec::new() },
@@ -326,7 +348,9 @@ fn mutate_val(v: Val, rng: &mut Rng) -> Val {
                     // A huge item (e.g. a 64 KiB token string).
                     let i = rng.below(items.len());
                     items[i] = match &items[i] {
-                        Val::Str { bytes, .. } => Val::Str { len: None, bytes: bytes.repeat(4096).into_iter().take(65_536).collect() },
+                        Val::Str { bytes, .. } => {
+                            Val::Str { len: None, bytes: bytes.repeat(4096).into_iter().take(65_536).collect() }
+                        }
                         other => other.clone(),
                     };
                 }

@@ -45,7 +45,7 @@ pub fn hostile_value(rng: &mut Rng) -> Value {
         17 => json!([]),
         18 => json!({}),
         19 => json!([1, 2, 3]),
-        20 | 21 => raw(*rng.pick(RAW_TOKENS)),
+        20 | 21 => raw(rng.pick::<&str>(RAW_TOKENS)),
         22 => {
             // Nesting past serde_json's recursion limit.
             let mut v = json!(0);
@@ -165,7 +165,8 @@ fn mutate_node(node: &mut Value, rng: &mut Rng, key_hints: &[&str]) {
                 m.insert(key, hostile_value(rng));
             }
             Value::Array(a) => {
-                let item = if !a.is_empty() && rng.chance(1, 2) { a[rng.below(a.len())].clone() } else { hostile_value(rng) };
+                let item =
+                    if !a.is_empty() && rng.chance(1, 2) { a[rng.below(a.len())].clone() } else { hostile_value(rng) };
                 let at = rng.below(a.len() + 1);
                 a.insert(at, item);
             }
@@ -190,7 +191,7 @@ fn mutate_node(node: &mut Value, rng: &mut Rng, key_hints: &[&str]) {
             if let Value::String(s) = node {
                 match rng.below(6) {
                     0 => s.clear(),
-                    1 => s.push_str(*rng.pick(&["\u{0}", "../", "/", " ", "\u{FFFD}", "<|mdm_mask|>", "%s%n"])),
+                    1 => s.push_str(rng.pick::<&str>(&["\u{0}", "../", "/", " ", "\u{FFFD}", "<|mdm_mask|>", "%s%n"])),
                     2 => {
                         let keep = s.char_indices().nth(rng.below(s.chars().count() + 1)).map_or(s.len(), |(i, _)| i);
                         s.truncate(keep);
@@ -214,7 +215,11 @@ fn mutate_node(node: &mut Value, rng: &mut Rng, key_hints: &[&str]) {
         }
         6 => {
             let inner = node.take();
-            *node = if rng.chance(1, 2) { json!([inner]) } else { Value::Object(Map::from_iter([("v".to_owned(), inner)])) };
+            *node = if rng.chance(1, 2) {
+                json!([inner])
+            } else {
+                Value::Object(Map::from_iter([("v".to_owned(), inner)]))
+            };
         }
         _ => match node {
             Value::Object(m) => m.clear(),

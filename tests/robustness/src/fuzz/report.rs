@@ -14,6 +14,8 @@ pub enum FindingKind {
     OverAllocation,
     /// Peak live heap above the bound for the input size.
     PeakAllocation,
+    /// An execution slower than `FuzzConfig::slow_exec` (reported, not a failure).
+    Slow,
 }
 
 /// One distinct crash or allocation violation (first input kept, later hits counted).
@@ -35,6 +37,8 @@ pub struct Finding {
     pub input_len: usize,
     /// Where the input was saved as a regression file.
     pub saved_as: Option<PathBuf>,
+    /// Matched `FuzzConfig::known` (an open bug already on file): not minimised or saved.
+    pub known: bool,
 }
 
 impl Finding {
@@ -70,6 +74,8 @@ pub struct TargetReport {
     pub crashes: Vec<Finding>,
     /// Distinct allocation violations.
     pub violations: Vec<Finding>,
+    /// The slowest executions above `FuzzConfig::slow_exec` (a few; not failures).
+    pub slow: Vec<Finding>,
     pub rejections_by_kind: BTreeMap<String, u64>,
     /// Rejections whose message failed a wording check.
     pub wording_count: u64,
@@ -122,7 +128,11 @@ impl FuzzReport {
             self.seconds_per_target,
             if self.alloc_tracking { "on" } else { "OFF" }
         );
-        let _ = writeln!(s, "{:<20} {:>8} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8}", "target", "execs", "execs/s", "accepted", "crashes", "alloc", "wording", "peak MiB");
+        let _ = writeln!(
+            s,
+            "{:<20} {:>8} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8}",
+            "target", "execs", "execs/s", "accepted", "crashes", "alloc", "wording", "peak MiB"
+        );
         for t in &self.targets {
             let _ = writeln!(
                 s,
@@ -145,9 +155,10 @@ impl FuzzReport {
         for f in self.findings() {
             let _ = writeln!(
                 s,
-                "  {} {:?}: {} at {} ({}), {} hits, input {} bytes{}",
+                "  {} {:?}{}: {} at {} ({}), {} hits, input {} bytes{}",
                 f.target,
                 f.kind,
+                if f.known { " (known)" } else { "" },
                 f.message,
                 f.location,
                 f.engine_frame.as_deref().unwrap_or("no engine frame"),

@@ -26,7 +26,7 @@ pub fn split(file: &[u8]) -> Option<SafetensorsFile> {
 /// Serialises header and data with a correct, 8-byte aligned length prefix.
 pub fn join_bytes(header_json: &[u8], data: &[u8]) -> Vec<u8> {
     let mut h = header_json.to_vec();
-    while (8 + h.len()) % 8 != 0 {
+    while !(8 + h.len()).is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = Vec::with_capacity(8 + h.len() + data.len());
@@ -36,8 +36,11 @@ pub fn join_bytes(header_json: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A file holding `tensors` (name, dtype name, shape, bytes) back to back.
-pub fn build(tensors: &[(String, &str, Vec<usize>, Vec<u8>)]) -> Vec<u8> {
+/// A tensor to write: name, dtype name, shape, bytes.
+pub type TensorSpec = (String, &'static str, Vec<usize>, Vec<u8>);
+
+/// A file holding `tensors` back to back.
+pub fn build(tensors: &[TensorSpec]) -> Vec<u8> {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, dtype, shape, bytes) in tensors {
@@ -207,7 +210,7 @@ mod tests {
 
     #[test]
     fn build_split_roundtrip() {
-        let f = build(&[("a".into(), "F32", vec![2], vec![0u8; 8])]);
+        let f = build(&[("a".to_owned(), "F32", vec![2], vec![0u8; 8])]);
         assert_eq!(f[..8], ((f.len() - 16) as u64).to_le_bytes());
         let st = split(&f).unwrap();
         assert_eq!(st.data.len(), 8);

@@ -14,7 +14,7 @@ use unmask_engine::model::ModelConfig;
 
 use super::gguf_format::{self, Val};
 use super::rng::Rng;
-use super::safetensors_format;
+use super::safetensors_format::{self, TensorSpec};
 use super::FuzzError;
 
 /// Vocabulary of the synthetic models (the toy tokenizer keeps ids below it).
@@ -146,8 +146,9 @@ fn merge(into: &mut Value, from: &Value) {
 }
 
 /// Every tensor the loader requires for `config`, with small random values (norms are ones).
-fn synthetic_tensors(config: &Value, rng: &mut Rng) -> Result<Vec<(String, &'static str, Vec<usize>, Vec<u8>)>, FuzzError> {
-    let cfg = ModelConfig::from_hf_json(config, Path::new("config.json")).map_err(|e| FuzzError::Seeds(e.to_string()))?;
+fn synthetic_tensors(config: &Value, rng: &mut Rng) -> Result<Vec<TensorSpec>, FuzzError> {
+    let cfg =
+        ModelConfig::from_hf_json(config, Path::new("config.json")).map_err(|e| FuzzError::Seeds(e.to_string()))?;
     let names = hf_scheme(&cfg);
     let (h, v, q, kv, hd) = (cfg.hidden, cfg.vocab, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
     let mut shapes: Vec<(String, Vec<usize>, bool)> = vec![
@@ -165,7 +166,11 @@ fn synthetic_tensors(config: &Value, rng: &mut Rng) -> Result<Vec<(String, &'sta
             (Part::FfnNorm, vec![h], true),
         ];
         if cfg.qkv_bias {
-            layer.extend([(Part::QBias, vec![q], false), (Part::KBias, vec![kv], false), (Part::VBias, vec![kv], false)]);
+            layer.extend([
+                (Part::QBias, vec![q], false),
+                (Part::KBias, vec![kv], false),
+                (Part::VBias, vec![kv], false),
+            ]);
         }
         if cfg.qk_norm {
             layer.extend([(Part::QNorm, vec![hd], true), (Part::KNorm, vec![hd], true)]);
@@ -199,7 +204,7 @@ fn synthetic_tensors(config: &Value, rng: &mut Rng) -> Result<Vec<(String, &'sta
 }
 
 /// The model with its tensors split over two shard files and an index.
-fn shard(config: &[u8], tensors: &[(String, &'static str, Vec<usize>, Vec<u8>)], toy: &[u8]) -> Files {
+fn shard(config: &[u8], tensors: &[TensorSpec], toy: &[u8]) -> Files {
     let half = tensors.len() / 2;
     let names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"];
     let mut map = serde_json::Map::new();
@@ -263,9 +268,8 @@ fn spm_variant(gguf: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn read_existing(dir: &Path, ext: &str) -> Vec<Vec<u8>> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut paths: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     paths.retain(|p| p.extension().and_then(|e| e.to_str()) == Some(ext));
     paths.sort();
     paths.iter().filter_map(|p| std::fs::read(p).ok()).collect()
@@ -276,7 +280,8 @@ fn read_existing(dir: &Path, ext: &str) -> Vec<Vec<u8>> {
 fn toy_tokenizer() -> Result<Vec<u8>, FuzzError> {
     let path = repo_root().join("models/tiny-llada/tokenizer.json");
     let text = std::fs::read(&path).map_err(FuzzError::Io)?;
-    let mut json: Value = serde_json::from_slice(&text).map_err(|e| FuzzError::Seeds(format!("{}: {e}", path.display())))?;
+    let mut json: Value =
+        serde_json::from_slice(&text).map_err(|e| FuzzError::Seeds(format!("{}: {e}", path.display())))?;
     let keep = |id: &Value| id.as_u64().is_some_and(|i| (i as usize) < VOCAB);
     if let Some(vocab) = json.pointer_mut("/model/vocab").and_then(|v| v.as_object_mut()) {
         vocab.retain(|_, id| keep(id));
@@ -316,7 +321,10 @@ fn handwritten_tokenizers() -> Vec<Value> {
         t
     };
     vec![
-        base(json!({"type": "WordLevel", "vocab": {"[UNK]": 0, "hello": 1, "world": 2}, "unk_token": "[UNK]"}), json!({})),
+        base(
+            json!({"type": "WordLevel", "vocab": {"[UNK]": 0, "hello": 1, "world": 2}, "unk_token": "[UNK]"}),
+            json!({}),
+        ),
         base(
             json!({"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
                    "max_input_chars_per_word": 100, "vocab": {"[UNK]": 0, "he": 1, "##llo": 2, "[CLS]": 3}}),

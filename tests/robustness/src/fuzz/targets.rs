@@ -130,7 +130,8 @@ pub fn exercise_model(model: &LoadedModel) -> Result<(), EngineError> {
         return Ok(());
     }
     let positions: Vec<usize> = (0..tokens.len()).collect();
-    let req = ForwardRequest { tokens: &tokens, positions: &positions, logits_rows: &[tokens.len() - 1], kv: KvMode::Ignore };
+    let req =
+        ForwardRequest { tokens: &tokens, positions: &positions, logits_rows: &[tokens.len() - 1], kv: KvMode::Ignore };
     let out = model.transformer.forward(&req, None)?;
     // A wrong-sized result is an engine bug, reported like a crash.
     assert_eq!(out.logits.len(), model.config().vocab, "invariant: one logits row per requested row");

@@ -79,7 +79,8 @@ impl ChatTemplates {
             if let Some(c) = seeds::file(files, "config.json") {
                 let v: serde_json::Value = serde_json::from_slice(&c).map_err(|e| FuzzError::Seeds(e.to_string()))?;
                 configs.push(
-                    ModelConfig::from_hf_json(&v, Path::new("config.json")).map_err(|e| FuzzError::Seeds(e.to_string()))?,
+                    ModelConfig::from_hf_json(&v, Path::new("config.json"))
+                        .map_err(|e| FuzzError::Seeds(e.to_string()))?,
                 );
             }
         }
@@ -98,12 +99,13 @@ fn text(src: &mut ByteSource<'_>) -> String {
         4 => {
             // Megabyte contents only now and then (each costs milliseconds).
             let unit = MARKERS[src.index(MARKERS.len())];
-            let size = if src.u8() % 4 == 0 { MEGABYTE } else { 4096 };
+            let size = if src.one_in(4) { MEGABYTE } else { 4096 };
             unit.repeat(size / unit.len())
         }
         5 => (0..src.u8() % 32).map(|_| ODD_UNICODE[src.index(ODD_UNICODE.len())]).collect(),
         6 => {
-            let raw: Vec<u8> = (0..src.u8() % 8).flat_map(|_| BAD_UTF8[src.index(BAD_UTF8.len())].iter().copied()).collect();
+            let raw: Vec<u8> =
+                (0..src.u8() % 8).flat_map(|_| BAD_UTF8[src.index(BAD_UTF8.len())].iter().copied()).collect();
             String::from_utf8_lossy(&raw).into_owned()
         }
         7 => {
@@ -148,7 +150,7 @@ impl Target for ChatTemplates {
             3 => ChatTemplate::LladaMoe,
             _ => ChatTemplate::for_arch(arch),
         };
-        let add_generation_prompt = src.u8() % 2 == 0;
+        let add_generation_prompt = src.one_in(2);
         let n = src.u8() % 9;
         let messages: Vec<ChatMessage> = (0..n)
             .map(|_| {

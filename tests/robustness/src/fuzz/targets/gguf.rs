@@ -139,7 +139,8 @@ impl Target for GgufTarget {
                 let file = GgufFile::open(&path)?;
                 let tok = tokenizer::tokenizer_from_gguf(&file)?;
                 probe_tokenizer(&tok, "")?;
-                let arch = ModelConfig::from_gguf(&file).map(|c| c.arch).unwrap_or(unmask_engine::model::Architecture::Llama);
+                let arch =
+                    ModelConfig::from_gguf(&file).map(|c| c.arch).unwrap_or(unmask_engine::model::Architecture::Llama);
                 let template = tokenizer::chat_template_from_gguf(&file, arch);
                 let prompt = template.render(&[ChatMessage::system("s"), ChatMessage::user("u")], true);
                 tok.encode(&prompt).map(drop)

@@ -44,8 +44,7 @@ impl Target for HfModel {
         let i = match rng.below(20) {
             0..=7 => pick(rng, &files, "config.json"),
             8..=13 => {
-                let shards: Vec<usize> =
-                    (0..files.len()).filter(|&i| files[i].0.ends_with(".safetensors")).collect();
+                let shards: Vec<usize> = (0..files.len()).filter(|&i| files[i].0.ends_with(".safetensors")).collect();
                 if shards.is_empty() {
                     rng.below(files.len())
                 } else {

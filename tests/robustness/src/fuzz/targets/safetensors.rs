@@ -52,7 +52,11 @@ impl Target for Header {
             Err(_) => Vec::new(),
         };
         let root = repo_root();
-        for rel in ["tests/golden/quant/Q8_0.safetensors", "tests/golden/quant/input.safetensors", "tests/golden/qwen3/model.safetensors"] {
+        for rel in [
+            "tests/golden/quant/Q8_0.safetensors",
+            "tests/golden/quant/input.safetensors",
+            "tests/golden/qwen3/model.safetensors",
+        ] {
             out.extend(std::fs::read(root.join(rel)).ok());
         }
         out

@@ -58,7 +58,7 @@ impl Settings {
 }
 
 fn size(src: &mut ByteSource<'_>) -> usize {
-    if src.u8() % 4 == 0 {
+    if src.one_in(4) {
         src.u32() as usize
     } else {
         src.pick(SIZES)
@@ -66,7 +66,7 @@ fn size(src: &mut ByteSource<'_>) -> usize {
 }
 
 fn opt_size(src: &mut ByteSource<'_>) -> Option<usize> {
-    (src.u8() % 3 != 0).then(|| size(src))
+    (!src.one_in(3)).then(|| size(src))
 }
 
 fn float(src: &mut ByteSource<'_>) -> f64 {
@@ -74,12 +74,12 @@ fn float(src: &mut ByteSource<'_>) -> f64 {
 }
 
 fn opt_float(src: &mut ByteSource<'_>) -> Option<f64> {
-    (src.u8() % 3 != 0).then(|| float(src))
+    (!src.one_in(3)).then(|| float(src))
 }
 
 fn opt_id(src: &mut ByteSource<'_>, vocab: usize) -> Option<u32> {
     let v = vocab as u32;
-    (src.u8() % 3 != 0).then(|| src.pick(&[0, 1, 2, v.saturating_sub(1), v, u32::MAX]))
+    (!src.one_in(3)).then(|| src.pick(&[0, 1, 2, v.saturating_sub(1), v, u32::MAX]))
 }
 
 fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
@@ -93,9 +93,9 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
         threshold: opt_float(src),
         cache: src.pick(&[CacheMode::None, CacheMode::Prefix, CacheMode::Dual]),
         seed: src.u64(),
-        logits_eos_inf: src.u8() % 2 == 0,
-        confidence_eos_eot_inf: src.u8() % 2 == 0,
-        early_stop_eos: src.u8() % 2 == 0,
+        logits_eos_inf: src.one_in(2),
+        confidence_eos_eot_inf: src.one_in(2),
+        early_stop_eos: src.one_in(2),
         eos_token_id: opt_id(src, vocab),
         eot_token_id: opt_id(src, vocab),
         alg: src.pick(&[DreamAlg::Origin, DreamAlg::MaskgitPlus, DreamAlg::TopkMargin, DreamAlg::Entropy]),
@@ -103,14 +103,14 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
         eps: float(src),
         top_p: opt_float(src),
         top_k: opt_size(src),
-        speculative: (src.u8() % 3 == 0).then(|| SpeculativeSettings {
+        speculative: src.one_in(3).then(|| SpeculativeSettings {
             trigger: size(src),
             max_lookahead: size(src),
-            accept_drafts: src.u8() % 2 == 0,
+            accept_drafts: src.one_in(2),
             accept_top_k: size(src),
             token_buckets: (0..src.u8() % 4).map(|_| size(src)).collect(),
         }),
-        revision: (src.u8() % 3 == 0).then(|| RevisionSettings {
+        revision: src.one_in(3).then(|| RevisionSettings {
             visible_threshold: float(src),
             stable_threshold: float(src),
             revise_margin: float(src),

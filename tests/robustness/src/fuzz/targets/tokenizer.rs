@@ -87,7 +87,12 @@ pub fn mutate_tokenizer(input: &mut Vec<u8>, rng: &mut Rng, corpus: &[Vec<u8>]) 
                 m.insert("type".into(), json!(ty));
             }
         }
-        8 => json::mutate_under(&mut v, "/model", rng, &["unk_token", "dropout", "byte_fallback", "fuse_unk", "ignore_merges", "continuing_subword_prefix"]),
+        8 => json::mutate_under(
+            &mut v,
+            "/model",
+            rng,
+            &["unk_token", "dropout", "byte_fallback", "fuse_unk", "ignore_merges", "continuing_subword_prefix"],
+        ),
         _ => json::mutate(&mut v, rng, SLOTS),
     }
     *input = json::to_bytes(&v, rng);
