@@ -35,6 +35,7 @@ TITLES = {
     "quality": "embedded models on the held-out tasks",
     "store": "persisting step traces",
     "robustness": "hostile inputs",
+    "serve": "the OpenAI-compatible server under load and faults",
 }
 TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "next"]
 SIM = "**SIMULATED**"
@@ -254,95 +255,121 @@ def render_kernels(d):
 
 def render_npu(d, all_results):
     out = []
+    v = d.get("validation") or {}
+    if v:
+        out.append("### npu: validation against published phone measurements\n")
+        out.append(f"Every row of `{g(v.get('source'))}` (published prefill/decode rates of AR models; each row cites "
+                   "its source and table cell) predicted by the product's simulator. Published values are "
+                   f"measurements; predictions are {SIM}. Fit rows set the fitted profile parameters; held-out rows "
+                   "were never used to set anything. Goal: " + g(v.get("goal")) + ".\n")
+        prof = v.get("profiles") or {}
+        goal = v.get("goal_met") or {}
+        rows = []
+        for name in sorted(prof):
+            p = prof[name]
+            h, f, hn, hc = p.get("heldout") or {}, p.get("fit") or {}, p.get("heldout_npu") or {}, p.get("heldout_cpu") or {}
+            if not (h.get("rows") or f.get("rows")):
+                rows.append([f"`{name}`", "0", NA, NA, "0", NA, "no published rows: all rate fields are unvalidated estimates"])
+                continue
+            met = goal.get(name)
+            rows.append([f"`{name}`", g(h.get("rows")), pct(h.get("median_rel_error")),
+                         fx(h.get("max_factor"), 2) + "×" if h.get("max_factor") else NA, g(f.get("rows")),
+                         pct(f.get("median_rel_error")),
+                         f"NPU {g(hn.get('rows'))} / CPU {g(hc.get('rows'))} held-out rows; goal "
+                         + ("met" if met else "**not met**" if met is False else NA)])
+        out.append(table(["profile", "held-out rows", "held-out median error", "held-out worst (factor)",
+                          "fit rows", "fit median error", ""], rows))
+        rr = [r for r in (v.get("rows") or [])]
+        if rr:
+            rr.sort(key=lambda r: (r.get("profile", ""), r.get("split", ""), r.get("id", "")))
+            out.append("All rows (tokens/s; factor = max(p/m, m/p)):\n\n" + table(
+                ["row", "split", "published", f"predicted ({SIM})", "factor"],
+                [[f"`{g(r.get('id'))}`", g(r.get("split")), fx(r.get("published"), 2), fx(r.get("predicted"), 2),
+                  fx(r.get("factor"), 2) + "×"] for r in rr]))
+        for k in ("scope", "not_found", "split_rule"):
+            if v.get(k):
+                out.append(f"{k.replace('_', ' ').capitalize()}: {v[k]}\n")
+    ms = d.get("measured_schedule") or {}
+    if ms:
+        out.append("### npu: the measured schedule\n")
+        out.append(f"{g(ms.get('model'))}: {g(ms.get('runs'))} held-out prompts decoded in this run, "
+                   f"{g(ms.get('answer_tokens'))} answer tokens in {g(ms.get('forwards'))} forwards = "
+                   f"**{fx(ms.get('answer_tokens_per_forward'), 3)} answer tokens per forward** (canvas tokens per "
+                   f"forward, EOS padding included: {fx(ms.get('canvas_tokens_per_forward'), 3)}); exact-match accuracy "
+                   f"{fx(ms.get('accuracy'), 3)} vs {fx(ms.get('reference_schedule_accuracy'), 3)} for the reference "
+                   "schedule (one token per step). " + g(ms.get("note")) + ".\n")
+    comps = [("comparison_measured_schedule", "measured schedule (replayed exactly)"),
+             ("comparison_published_schedule", "published tokens per forward (Fast-dLLM)")]
+    rows = []
+    for key, label in comps:
+        c = d.get(key) or {}
+        if not c:
+            continue
+        b = c.get("error_bands") or {}
+        lat = lambda k: fx((c.get(k) or {}).get("simulated_latency_s"), 2)
+        band = lambda k: (f"{fx(b[k][0], 2)}–{fx(b[k][1], 2)}×" if b.get(k) else NA)
+        rows.append([label, lat("cpu_prefix_kv"), lat("npu_naive"), lat("npu_memory_runtime"), lat("llama3_8b_ar_npu"),
+                     fx(c.get("speedup_vs_cpu_prefix"), 2) + "×", band("vs_cpu_median_band"), band("vs_cpu_worst_band"),
+                     fx(c.get("speedup_vs_ar"), 2) + "×", band("vs_ar_median_band"), band("vs_ar_worst_band")])
+    if rows:
+        out.append(f"### npu: LLaDA-8B on SM8750, {SIM}\n")
+        if d.get("baseline"):
+            out.append("Baseline: " + d["baseline"] + ".\n")
+        out.append(table(["scenario", "phone CPU, prefix KV (s)", "NPU naive (s)", "NPU + memory runtime (s)",
+                          "Llama-3-8B AR on NPU (s)", "vs CPU", "band (median)", "band (worst)", "vs AR",
+                          "band (median)", "band (worst)"], rows))
+        for key, label in comps:
+            w = (d.get(key) or {}).get("workload") or {}
+            if w:
+                out.append(f"- {label}: " + "; ".join(f"{k.replace('_', ' ')}: {g(w[k])}" for k in sorted(w)) + "\n")
+        if d.get("error_band_note"):
+            out.append("Error bands: " + d["error_band_note"] + ".\n")
+        pdv = ((d.get("per_device") or {}).get("results")) or {}
+        if pdv:
+            out.append(f"The measured schedule on each validated Snapdragon profile ({SIM}):\n\n" + table(
+                ["device", "vs CPU", "vs AR", "vs naive offload", "held-out NPU / CPU rows"],
+                [[f"`{dev}`", fx(r.get("speedup_vs_cpu_prefix"), 2) + "×", fx(r.get("speedup_vs_ar"), 2) + "×",
+                  fx(r.get("speedup_vs_naive"), 2) + "×", f"{g(r.get('heldout_npu_rows'))} / {g(r.get('heldout_cpu_rows'))}"]
+                 for dev, r in sorted(pdv.items())]))
+        out.append("For scale, the paper this design follows reports 17–42× over the phone CPU with prefix KV reuse "
+                   "and (unconfirmed) up to 3.9× over AR decoding (docs/sources.md §D7).\n")
+    ab = (d.get("memory_runtime_ablation") or {})
+    if ab.get("results"):
+        out.append(f"### npu: memory runtime, each part switched off, {SIM}\n")
+        out.append(f"{g(ab.get('schedule'))} on `{g(ab.get('device'))}`; budget: {g(ab.get('budget'))}.\n")
+        rows = []
+        for model in sorted(ab["results"]):
+            for r in ab["results"][model]:
+                res = r.get("result") or {}
+                rows.append([model, g(r.get("label")), fx(res.get("simulated_latency_s"), 3),
+                             fx(r.get("slowdown_vs_full"), 3) + "×", gb(res.get("streamed_bytes")),
+                             fx(res.get("dma_busy_s"), 3), g(res.get("map_calls")), gb(res.get("peak_resident_bytes"))])
+        out.append(table(["model", "variant", "latency (s)", "vs full runtime", "streamed", "DMA busy (s)",
+                          "map calls", "peak NPU-visible"], rows))
+    tr = d.get("trace") or {}
+    if tr:
+        dl, nl = tr.get("dma_lane") or {}, tr.get("npu_lane") or {}
+        out.append(f"Trace: {g(tr.get('what'))}: {g(tr.get('forwards'))} forwards, NPU lane {g(nl.get('events'))} events "
+                   f"({fx(nl.get('busy_s'), 3)} s), DMA lane {g(dl.get('events'))} events ({fx(dl.get('busy_s'), 3)} s), "
+                   f"{SIM}; file `{g(tr.get('file'))}`. {g(tr.get('wall_note'))}.\n")
     c = d.get("calibration") or {}
     if c:
-        out.append(f"### npu: cost-model calibration (profile `{g(c.get('profile'))}`, {g(c.get('threads'))} threads)\n")
-        out.append("A synthetic LLaDA-shaped model timed on this machine and predicted by the profile's "
-                   "cost model; \"probe-adjusted\" takes the profile's GEMM rate from a same-run probe "
-                   f"({fx(c.get('probe_gemm_gflops'), 1)} GFLOP/s measured vs {fx(c.get('model_gemm_gflops'), 1)} "
-                   "in the profile). Rerun it on a quiet machine: under load the measured times stop being "
-                   "monotonic in the block size.\n")
-        rows = [[g(pt.get("tokens")), g(pt.get("context")), fx(pt.get("measured_s"), 3),
+        out.append(f"### npu: cost-model calibration on this machine (profile `{g(c.get('profile'))}`, "
+                   f"{g(c.get('threads'))} threads; host only, not validation)\n")
+        out.append("A synthetic LLaDA-shaped model timed here (medians of interleaved samples, min–max in brackets) "
+                   "and predicted by the profile's cost model; \"probe-adjusted\" takes the GEMM rate from a probe "
+                   f"sampled in the same loop ({fx(c.get('probe_gemm_gflops'), 1)} GFLOP/s, "
+                   f"{pct(c.get('probe_peak_fraction'))} of the profile's {fx(c.get('peak_gflops'), 1)} GFLOP/s peak; "
+                   f"{g(c.get('probe_samples'))} samples).\n")
+        rows = [[g(pt.get("tokens")), g(pt.get("context")),
+                 f"{fx(pt.get('measured_s'), 3)} [{fx(pt.get('measured_min_s'), 3)}–{fx(pt.get('measured_max_s'), 3)}]",
                  fx(pt.get("predicted_s"), 3), pct(pt.get("rel_error")), fx(pt.get("probe_adjusted_s"), 3),
                  pct(pt.get("probe_adjusted_rel_error"))] for pt in c.get("points", [])]
         if rows:
             out.append(table(["block tokens", "context", "measured s", "predicted s", "error",
                               "probe-adjusted s", "error"], rows))
-        out.append(f"Mean |error|: {pct(c.get('mean_abs_rel_error'))} (fixed peak), "
-                   f"{pct(c.get('mean_abs_probe_adjusted_error'))} (probe-adjusted).\n")
         if d.get("calibration_note"):
             out.append(d["calibration_note"] + ".\n")
-    comp = d.get("comparison_sm8750_llada8b") or []
-    if comp:
-        out.append(f"### npu: LLaDA-8B shapes on SM8750, {SIM}\n")
-        st = (d.get("settings") or {})
-        ours, same = st.get("ours") or {}, st.get("same_schedule") or {}
-        if ours:
-            out.append(f"Prompt {g(ours.get('prompt_tokens'))} tokens, block {g(ours.get('block'))}; "
-                       f"{g(same.get('steps_per_block'))} steps per block at one token per step vs "
-                       f"{g(ours.get('steps_per_block'))} with parallel decoding. All times are {SIM} "
-                       "seconds on the virtual SM8750.\n")
-        rows = [[g(r.get("answer_tokens")), fx(r.get("cpu_prefix_kv_s"), 1), fx(r.get("npu_naive_s"), 1),
-                 fx(r.get("npu_runtime_1tok_per_step_s"), 1), fx(r.get("npu_runtime_ours_s"), 1),
-                 fx(r.get("llama3_8b_ar_npu_s"), 1), fx(r.get("speedup_vs_cpu_same_schedule"), 1) + "×",
-                 fx(r.get("speedup_vs_cpu_with_parallel_decoding"), 1) + "×",
-                 fx(r.get("speedup_vs_ar_with_parallel_decoding"), 2) + "×"] for r in comp]
-        out.append(table(["answer tokens", "phone CPU, prefix KV, 1 tok/step", "NPU naive offload",
-                          "NPU + memory runtime, 1 tok/step", "NPU + memory runtime, parallel decoding",
-                          "Llama-3-8B AR on NPU", "speedup vs CPU (same schedule)",
-                          "speedup vs CPU (parallel decoding)", "speedup vs AR"], rows))
-        keys = sorted({k for r in comp for k in (r.get("energy_j") or {})})
-        if keys:
-            rows = [[g(r.get("answer_tokens"))] + [fx((r.get("energy_j") or {}).get(k), 1) for k in keys]
-                    for r in comp]
-            out.append(f"{SIM} energy (J):\n\n" + table(["answer tokens", *[f"`{k}`" for k in keys]], rows))
-        if d.get("comparison_note"):
-            out.append("Note (from the JSON): " + d["comparison_note"] + ".\n")
-        if d.get("measured_tokens_per_step") is not None:
-            line = (f"Parallel decoding here commits {fx(d['measured_tokens_per_step'], 2)} tokens per step, "
-                    "the canvas tokens per forward that `decoding.json` held when this suite ran.")
-            dec = (((all_results.get("decoding") or {}).get("tiny_llada") or {})
-                   .get("prefix_cache_threshold_0.9") or {}).get("canvas_tokens_per_forward")
-            if dec is not None and abs(dec - d["measured_tokens_per_step"]) > 1e-9:
-                line += (f" **Stale input**: the current `decoding.json` measures {fx(dec, 2)}; rerun "
-                         "`bench/run npu` to bring this suite up to date.")
-            out.append(line + "\n")
-        mid = next((r for r in comp if r.get("answer_tokens") == 256), comp[len(comp) // 2])
-        ar, one = mid.get("llama3_8b_ar_npu_s"), mid.get("npu_runtime_1tok_per_step_s")
-        if ar and one:
-            out.append(f"At one token per step, dLLM decoding on the NPU runs at {fx(ar / one, 2)}× the speed of AR "
-                       f"decoding of a same-size model ({g(mid.get('answer_tokens'))}-token answers, {SIM}): the gain "
-                       "comes from committing several tokens per forward. For scale, the paper this NPU design "
-                       "follows reports 17-42× over the phone CPU and up to 3.9× over AR decoding.\n")
-    rr = d.get("replay_recorded") or {}
-    if rr.get("results"):
-        out.append(f"### npu: recorded run replayed at 7-8B shapes, {SIM}\n")
-        tr = rr.get("trace") or {}
-        out.append(f"A real decode of the embedded model (`{g(tr.get('name'))}`: {g(tr.get('forwards'))} forwards, "
-                   f"{g(tr.get('answer_tokens'))} answer tokens) recorded forward by forward and replayed with "
-                   "other models' layer shapes on every device profile. Cells: NPU with the memory runtime / "
-                   f"the profile's CPU, {SIM} seconds (Llama-3-8B replays the same dLLM forwards at its "
-                   "shapes: a shape scaling, not an AR decode).\n")
-        models, devices, cells, ecells = [], [], {}, {}
-        for r in rr["results"]:
-            dev, mod = r.get("device"), r.get("model")
-            if dev not in devices:
-                devices.append(dev)
-            if mod not in models:
-                models.append(mod)
-            kind = "npu" if str(r.get("setup", "")).startswith("npu") else "cpu"
-            cells.setdefault((dev, mod), {})[kind] = r.get("simulated_latency_s")
-            ecells.setdefault((dev, mod), {})[kind] = r.get("simulated_energy_j")
-
-        def cell(m, dev, mod, nd):
-            c = m.get((dev, mod), {})
-            return f"{fx(c.get('npu'), nd)} / {fx(c.get('cpu'), nd)}"
-        out.append(table(["device", *models], [[dev] + [cell(cells, dev, m, 1) for m in models] for dev in devices]))
-        out.append(f"{SIM} energy (J), NPU / CPU:\n\n" +
-                   table(["device", *models], [[dev] + [cell(ecells, dev, m, 0) for m in models] for dev in devices]))
-        s = settings_line(rr.get("decode_settings"))
-        if s:
-            out.append(s + "\n")
     return "\n".join(out)
 
 
@@ -550,6 +577,32 @@ def render_store(d):
     return "\n".join(out)
 
 
+def render_serve(d):
+    out = []
+    rows = []
+    for lv in d.get("levels") or []:
+        t, lat = lv.get("ttft_ms") or {}, lv.get("latency_ms") or {}
+        rows.append([g(lv.get("clients")), g(lv.get("completed")), fx(lv.get("requests_per_s"), 2),
+                     fx(t.get("p50"), 0), fx(t.get("p99"), 0), fx(lat.get("p50"), 0), fx(lat.get("p99"), 0),
+                     g(lv.get("rejected_429")), g(lv.get("errors"))])
+    if rows:
+        out.append(table(["clients", "completed", "req/s", "TTFT p50 ms", "TTFT p99 ms", "latency p50 ms",
+                          "latency p99 ms", "429", "errors"], rows))
+    f = d.get("fault") or {}
+    sc = f.get("store_check") or {}
+    if f:
+        r = f.get("requests") or {}
+        out.append(f"Fault run ({fx(f.get('seconds'), 0)} s, 16 clients, {pct(f.get('drop_chance'), 0)} hang up "
+                   f"mid-stream, server SIGKILLed: {g(f.get('server_killed'))}): {g(r.get('completed'))} completed, "
+                   f"{g(r.get('dropped_by_client'))} hung up, {g(r.get('server_gone'))} lost the server; after the "
+                   f"restart {g(f.get('served_after_restart'))} served. Store: {g(sc.get('rows'))} runs "
+                   f"{g(sc.get('by_status'))}, {g(sc.get('lost'))} lost, {g(sc.get('duplicated'))} duplicated, "
+                   f"integrity {'ok' if sc.get('integrity_ok') else 'FAILED'}.\n")
+    if d.get("note"):
+        out.append("Note (from the JSON): " + d["note"] + "\n")
+    return "\n".join(out)
+
+
 def render_generic(d):
     """Suites without a dedicated renderer: their top-level scalars."""
     skip = {"suite", "quick", "machine", "elapsed_s", "headline"}
@@ -564,7 +617,8 @@ def render_generic(d):
 
 
 RENDER = {"forward": render_forward, "kernels": render_kernels, "decoding": render_decoding,
-          "ablation": render_ablation, "quality": render_quality, "store": render_store}
+          "ablation": render_ablation, "quality": render_quality, "store": render_store,
+          "serve": render_serve}
 
 
 # ----------------------------------------------------------------------------- document

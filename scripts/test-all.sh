@@ -15,6 +15,9 @@ missing=()
 for p in "${tauri_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # python3 runs the docs check below (standard library only).
 command -v python3 >/dev/null || missing+=(python3)
+# The server's tests (cli/tests/serve.rs) drive it with curl and make a venv for the `openai` package.
+command -v curl >/dev/null || missing+=(curl)
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"

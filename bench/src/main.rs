@@ -8,6 +8,7 @@ mod npu;
 mod prose;
 mod quality;
 mod robustness;
+mod serve;
 mod kernels;
 mod store;
 mod synth;
@@ -27,6 +28,7 @@ const SUITES: &[(&str, &str)] = &[
     ("kernels", "GEMM kernels per weight format on LLaDA-8B projection shapes"),
     ("store", "step-trace persistence: batched vs unbatched writes, recording overhead"),
     ("robustness", "hostile inputs: fuzzer, bad-input corpus vs the unmask binary, RSS soaks"),
+    ("serve", "unmask serve under load: requests/s, time to first token, faults, no lost runs"),
 ];
 
 fn main() -> Result<()> {
@@ -55,6 +57,7 @@ fn main() -> Result<()> {
             "kernels" => kernels::run(quick)?,
             "store" => store::run(quick)?,
             "robustness" => robustness::run(quick)?,
+            "serve" => serve::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

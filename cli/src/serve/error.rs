@@ -74,8 +74,12 @@ impl ApiError {
     }
     /// A body over the size limit (413).
     pub fn too_large(limit: usize) -> Self {
-        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", format!("the request body is larger than the {limit} bytes allowed"))
-            .with_code("request_too_large")
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("the request body is larger than the {limit} bytes allowed"),
+        )
+        .with_code("request_too_large")
     }
     /// The model's queue is full (429); the client may retry after `retry_after` seconds.
     pub fn queue_full(model: &str, capacity: usize, retry_after: u64) -> Self {
@@ -90,12 +94,17 @@ impl ApiError {
     }
     /// The server is shutting down (503).
     pub fn shutting_down() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the server is shutting down").with_code("shutting_down")
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the server is shutting down")
+            .with_code("shutting_down")
     }
     /// The generation was cancelled on the server's side (shutdown after the grace period).
     pub fn cancelled() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the generation was cancelled (the server is shutting down)")
-            .with_code("cancelled")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the generation was cancelled (the server is shutting down)",
+        )
+        .with_code("cancelled")
     }
     /// Anything else (500).
     pub fn internal(message: impl Into<String>) -> Self {

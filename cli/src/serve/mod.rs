@@ -95,7 +95,8 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
     let dir = data::data_dir(data_dir)?;
     let mut loaded = Vec::new();
     for resolved in resolve_models(&args.models, args.no_record, &dir)? {
-        let parts = ModelParts::load(&resolved.path).with_context(|| format!("loading model {}", resolved.path.display()))?;
+        let parts =
+            ModelParts::load(&resolved.path).with_context(|| format!("loading model {}", resolved.path.display()))?;
         loaded.push(Loaded { resolved, parts: Arc::new(parts) });
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -110,7 +111,8 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
 /// The models named by `--model` (or the default), each once.
 fn resolve_models(wanted: &[String], no_record: bool, dir: &Path) -> Result<Vec<ResolvedModel>> {
     let data = if no_record { None } else { Some(Data::open(dir)?) };
-    let names: Vec<Option<&str>> = if wanted.is_empty() { vec![None] } else { wanted.iter().map(|w| Some(w.as_str())).collect() };
+    let names: Vec<Option<&str>> =
+        if wanted.is_empty() { vec![None] } else { wanted.iter().map(|w| Some(w.as_str())).collect() };
     let mut out: Vec<ResolvedModel> = Vec::new();
     for name in names {
         let r = match data::resolve_model(name, data.as_ref()) {
@@ -130,7 +132,13 @@ fn resolve_models(wanted: &[String], no_record: bool, dir: &Path) -> Result<Vec<
     Ok(out)
 }
 
-async fn serve(args: ServeArgs, spec: BackendSpec, api_key: Option<String>, dir: &Path, loaded: Vec<Loaded>) -> Result<()> {
+async fn serve(
+    args: ServeArgs,
+    spec: BackendSpec,
+    api_key: Option<String>,
+    dir: &Path,
+    loaded: Vec<Loaded>,
+) -> Result<()> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((args.host.as_str(), args.port))
         .await
         .map_err(|e| fail(USAGE, format!("--host {}: {e}", args.host)))?
@@ -142,16 +150,26 @@ async fn serve(args: ServeArgs, spec: BackendSpec, api_key: Option<String>, dir:
     let local = listener.local_addr()?;
     let store = match args.no_record {
         true => None,
-        false => Some(Store::open(dir.to_owned()).await.with_context(|| format!("opening the store in {} (use --no-record to serve without it)", dir.display()))?),
+        false => Some(Store::open(dir.to_owned()).await.with_context(|| {
+            format!("opening the store in {} (use --no-record to serve without it)", dir.display())
+        })?),
     };
 
     let tracker = TaskTracker::new();
     let mut models = Vec::new();
     for Loaded { resolved, parts } in loaded {
-        let session = Session::open(parts.clone(), &spec).with_context(|| format!("starting backend {spec} for {}", resolved.name))?;
+        let session = Session::open(parts.clone(), &spec)
+            .with_context(|| format!("starting backend {spec} for {}", resolved.name))?;
         let recording = store.as_ref().map(|s| Recording { store: s.clone(), model: resolved.record.clone() });
-        let worker = Worker::spawn(&resolved.name, session, usize::from(args.queue), recording, Handle::current(), tracker.clone())
-            .context("starting a worker thread")?;
+        let worker = Worker::spawn(
+            &resolved.name,
+            session,
+            usize::from(args.queue),
+            recording,
+            Handle::current(),
+            tracker.clone(),
+        )
+        .context("starting a worker thread")?;
         models.push(Arc::new(ServedModel {
             name: resolved.name,
             parts,
@@ -174,7 +192,8 @@ async fn serve(args: ServeArgs, spec: BackendSpec, api_key: Option<String>, dir:
     let shutdown = CancellationToken::new();
     let force = CancellationToken::new();
     tokio::spawn(watch_signals(shutdown.clone(), force.clone()));
-    let server = axum::serve(listener, routes::router(app.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let server =
+        axum::serve(listener, routes::router(app.clone())).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });
 
     tokio::select! {
@@ -185,7 +204,10 @@ async fn serve(args: ServeArgs, spec: BackendSpec, api_key: Option<String>, dir:
         }
         _ = shutdown.cancelled() => {}
     }
-    tracing::info!(grace_s = args.shutdown_grace, "shutting down: queued requests are refused, running ones get the grace period");
+    tracing::info!(
+        grace_s = args.shutdown_grace,
+        "shutting down: queued requests are refused, running ones get the grace period"
+    );
     app.begin_shutdown();
     if !server.is_finished() {
         tokio::select! {

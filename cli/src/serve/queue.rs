@@ -75,6 +75,14 @@ impl<T> JobQueue<T> {
         left
     }
 
+    /// Removes the waiting jobs `gone` says are no longer wanted; returns how many.
+    pub fn remove_where(&self, gone: impl Fn(&T) -> bool) -> usize {
+        let mut s = self.lock();
+        let before = s.jobs.len();
+        s.jobs.retain(|j| !gone(j));
+        before - s.jobs.len()
+    }
+
     /// Jobs waiting.
     pub fn len(&self) -> usize {
         self.lock().jobs.len()
@@ -99,7 +107,9 @@ mod tests {
         assert!(matches!(q.push(3), Err(PushError::Full(3))));
         assert_eq!(q.pop(), Some(1));
         assert_eq!(q.push(4).ok(), Some(1));
-        assert_eq!(q.close(), vec![2, 4]);
+        assert_eq!(q.remove_where(|j| *j == 2), 1);
+        assert_eq!(q.push(6).ok(), Some(1));
+        assert_eq!(q.close(), vec![4, 6]);
         assert!(matches!(q.push(5), Err(PushError::Closed(5))));
         assert_eq!(q.pop(), None);
     }

@@ -162,7 +162,9 @@ impl Reply {
                 }
                 json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
             }
-            Endpoint::Completion => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
+            Endpoint::Completion => {
+                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            }
         };
         let mut c = json!({
             "id": self.id,

@@ -73,10 +73,15 @@ pub fn prepare_completion(model: Arc<ServedModel>, req: CompletionRequest) -> Re
     let prompt = match req.prompt {
         PromptIn::Text(t) => t,
         PromptIn::Texts(mut v) if v.len() == 1 => v.remove(0),
-        PromptIn::Texts(_) => return Err(ApiError::unsupported("prompt", "exactly one prompt per request is supported")),
+        PromptIn::Texts(_) => {
+            return Err(ApiError::unsupported("prompt", "exactly one prompt per request is supported"))
+        }
         PromptIn::Other(v) => {
             let got = if v.is_array() { "a list of token ids or lists" } else { "not text" };
-            return Err(ApiError::invalid_param("prompt", format!("`prompt` must be a string ({got} is not supported)")));
+            return Err(ApiError::invalid_param(
+                "prompt",
+                format!("`prompt` must be a string ({got} is not supported)"),
+            ));
         }
     };
     let checked = check(&model, RunPrompt::Raw(&prompt), &options.overrides, "prompt")?;
@@ -90,7 +95,12 @@ struct Checked {
     stop_ids: Vec<u32>,
 }
 
-fn check(model: &ServedModel, prompt: RunPrompt<'_>, overrides: &SettingsOverrides, prompt_param: &str) -> Result<Checked, ApiError> {
+fn check(
+    model: &ServedModel,
+    prompt: RunPrompt<'_>,
+    overrides: &SettingsOverrides,
+    prompt_param: &str,
+) -> Result<Checked, ApiError> {
     // The run's own session methods. A CPU session only holds the shared model (no buffers),
     // so each request opens one to check itself; the run itself uses the worker's backend.
     let session = Session::open(model.parts.clone(), &BackendSpec::Cpu).map_err(|e| ApiError::from_engine(&e))?;
@@ -125,7 +135,10 @@ fn message(index: usize, m: ChatMessageIn) -> Result<ChatMessage, ApiError> {
             let mut text = String::new();
             for p in parts {
                 if p.kind != "text" {
-                    return Err(ApiError::unsupported(&param, format!("content parts of type `{}` are not supported (text only)", p.kind)));
+                    return Err(ApiError::unsupported(
+                        &param,
+                        format!("content parts of type `{}` are not supported (text only)", p.kind),
+                    ));
                 }
                 text.push_str(p.text.as_deref().unwrap_or(""));
             }
@@ -137,7 +150,10 @@ fn message(index: usize, m: ChatMessageIn) -> Result<ChatMessage, ApiError> {
         "assistant" => Ok(ChatMessage::assistant(content)),
         // `developer` is OpenAI's newer name for system instructions.
         "system" | "developer" => Ok(ChatMessage::system(content)),
-        other => Err(ApiError::invalid_param(&param, format!("role `{other}` is not supported (system, developer, user, assistant)"))),
+        other => Err(ApiError::invalid_param(
+            &param,
+            format!("role `{other}` is not supported (system, developer, user, assistant)"),
+        )),
     }
 }
 
@@ -166,7 +182,10 @@ fn options(p: Params) -> Result<Options, ApiError> {
     let gen_length = match p.max_completion_tokens.or(p.max_tokens) {
         None => None,
         Some(0) => return Err(ApiError::invalid_param("max_tokens", "`max_tokens` must be at least 1")),
-        Some(n) => Some(usize::try_from(n).map_err(|_| ApiError::invalid_param("max_tokens", format!("`max_tokens` {n} is too large")))?),
+        Some(n) => Some(
+            usize::try_from(n)
+                .map_err(|_| ApiError::invalid_param("max_tokens", format!("`max_tokens` {n} is too large")))?,
+        ),
     };
     if let Some(t) = p.temperature {
         if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
@@ -180,7 +199,10 @@ fn options(p: Params) -> Result<Options, ApiError> {
     }
     let seed = match p.seed {
         None => None,
-        Some(s) => Some(u64::try_from(s).map_err(|_| ApiError::invalid_param("seed", format!("`seed` {s} must be a non-negative integer")))?),
+        Some(s) => Some(
+            u64::try_from(s)
+                .map_err(|_| ApiError::invalid_param("seed", format!("`seed` {s} must be a non-negative integer")))?,
+        ),
     };
     let stop_strings = match p.stop {
         None => Vec::new(),
@@ -247,12 +269,18 @@ mod tests {
     #[test]
     fn what_cannot_be_honoured_is_refused() {
         let refused = |v: serde_json::Value| options(params(v)).err().map(|e| e.param.unwrap_or_default());
-        assert_eq!(refused(serde_json::json!({"unmask": {"draft_model": "tiny-ar"}})).as_deref(), Some("unmask.draft_model"));
+        assert_eq!(
+            refused(serde_json::json!({"unmask": {"draft_model": "tiny-ar"}})).as_deref(),
+            Some("unmask.draft_model")
+        );
         assert_eq!(refused(serde_json::json!({"n": 2})).as_deref(), Some("n"));
         assert_eq!(refused(serde_json::json!({"max_tokens": 0})).as_deref(), Some("max_tokens"));
         assert_eq!(refused(serde_json::json!({"seed": -1})).as_deref(), Some("seed"));
         assert_eq!(refused(serde_json::json!({"stop": ["a", "b", "c", "d", "e"]})).as_deref(), Some("stop"));
-        assert_eq!(refused(serde_json::json!({"unmask": {"stream_steps": true}})).as_deref(), Some("unmask.stream_steps"));
+        assert_eq!(
+            refused(serde_json::json!({"unmask": {"stream_steps": true}})).as_deref(),
+            Some("unmask.stream_steps")
+        );
         assert!(serde_json::from_value::<Params>(serde_json::json!({"unmask": {"stepz": 3}})).is_err());
     }
 }

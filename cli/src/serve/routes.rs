@@ -74,20 +74,28 @@ async fn wrong_method(method: Method, uri: Uri) -> ApiError {
     ApiError::wrong_method(method.as_str(), uri.path())
 }
 
-async fn chat_completions(State(app): State<AppState>, ApiJson(req): ApiJson<ChatRequest>) -> Result<Response, ApiError> {
+async fn chat_completions(
+    State(app): State<AppState>,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
     let model = app.model(&req.model)?;
     let prepared = off_runtime(move || prepare_chat(model, req)).await?;
     respond(app, prepared).await
 }
 
-async fn completions(State(app): State<AppState>, ApiJson(req): ApiJson<CompletionRequest>) -> Result<Response, ApiError> {
+async fn completions(
+    State(app): State<AppState>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
     let model = app.model(&req.model)?;
     let prepared = off_runtime(move || prepare_completion(model, req)).await?;
     respond(app, prepared).await
 }
 
 /// Tokenising and checking a request is CPU work: it runs off the async runtime's threads.
-async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal(format!("checking the request: {e}")))?
 }
 

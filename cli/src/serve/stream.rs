@@ -31,7 +31,11 @@ fn error_event(e: &ApiError) -> Result<Event, Infallible> {
 }
 
 /// The event stream of one job.
-pub fn events(app: AppState, mut reply: Reply, mut rx: UnboundedReceiver<JobEvent>) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+pub fn events(
+    app: AppState,
+    mut reply: Reply,
+    mut rx: UnboundedReceiver<JobEvent>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let stream = async_stream::stream! {
         let mut text = TextStream::new(
             reply.model.parts.clone(),

@@ -45,7 +45,13 @@ pub struct TextStream {
 }
 
 impl TextStream {
-    pub fn new(model: Arc<ModelParts>, prompt_len: usize, gen_length: usize, stop_ids: Vec<u32>, stop_strings: Vec<String>) -> Self {
+    pub fn new(
+        model: Arc<ModelParts>,
+        prompt_len: usize,
+        gen_length: usize,
+        stop_ids: Vec<u32>,
+        stop_strings: Vec<String>,
+    ) -> Self {
         TextStream {
             model,
             prompt_len,

@@ -106,11 +106,22 @@ impl Worker {
 
     /// Queues a job: 429 when the queue is full, 503 when the server is shutting down.
     pub fn submit(&self, job: Job) -> Result<(), ApiError> {
+        let job = match self.queue.push(job) {
+            Ok(_) => return Ok(()),
+            Err(PushError::Closed(_)) => return Err(ApiError::shutting_down()),
+            // Places held by clients that have left are freed before saying no.
+            Err(PushError::Full(job)) if self.queue.remove_where(|j| j.events.is_closed()) > 0 => job,
+            Err(PushError::Full(_)) => return Err(self.full()),
+        };
         match self.queue.push(job) {
             Ok(_) => Ok(()),
-            Err(PushError::Full(_)) => Err(ApiError::queue_full(&self.name, self.queue.capacity(), self.retry_after_s())),
             Err(PushError::Closed(_)) => Err(ApiError::shutting_down()),
+            Err(PushError::Full(_)) => Err(self.full()),
         }
+    }
+
+    fn full(&self) -> ApiError {
+        ApiError::queue_full(&self.name, self.queue.capacity(), self.retry_after_s())
     }
 
     /// Seconds until a place in the queue is likely free: the waiting jobs at the recent
@@ -249,7 +260,11 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
         unmask_store::RunOutcome {
             output: session.model().tokenizer.decode(answer, true),
             output_tokens: tokens,
-            metrics: RunMetrics { wall_s: Some(started.elapsed().as_secs_f64()), steps: Some(frames), ..Default::default() },
+            metrics: RunMetrics {
+                wall_s: Some(started.elapsed().as_secs_f64()),
+                steps: Some(frames),
+                ..Default::default()
+            },
             stop_reason: Some("caller_stopped".into()),
         }
     });
