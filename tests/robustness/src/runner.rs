@@ -59,7 +59,16 @@ pub fn run_all(unmask: &Path, cases: &[Case], limits: Limits) -> Vec<CaseResult>
 
 /// Runs one case and judges it against its expectation.
 pub fn run_case(unmask: &Path, case: &Case, limits: Limits) -> CaseResult {
-    let run = match spawn_and_wait(unmask, case, limits) {
+    // A case that ends while its launcher shell is still exiting can be reaped by that shell
+    // (the shell's SIGCHLD handling), leaving nothing for `wait4` (ECHILD): run it again.
+    let mut attempt = spawn_and_wait(unmask, case, limits);
+    for _ in 0..3 {
+        match &attempt {
+            Err(e) if e.raw_os_error() == Some(libc::ECHILD) => attempt = spawn_and_wait(unmask, case, limits),
+            _ => break,
+        }
+    }
+    let run = match attempt {
         Ok(r) => r,
         Err(e) => {
             return CaseResult {
