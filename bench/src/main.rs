@@ -13,6 +13,7 @@ mod kernels;
 mod store;
 mod synth;
 mod tasks;
+mod unmask_bin;
 
 use std::path::PathBuf;
 

@@ -3,7 +3,7 @@
 //! 1 GiB per case) and the soaks (100 chat turns through one `unmask chat`, 100 generations in
 //! one process; RSS must stay flat).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ pub fn run(quick: bool) -> Result<Value> {
     let models = root.join("models");
 
     // The binary first: its cases' peak RSS is read per case and must not wait behind the rest.
-    let unmask = build_unmask(&root)?;
+    let unmask = crate::unmask_bin::build_unmask(&root)?;
     eprintln!("bad-input corpus against {}", unmask.display());
     let dir = tempfile::tempdir()?;
     let cases = corpus::build(dir.path(), &models).context("building the bad-input corpus")?;
@@ -90,21 +90,3 @@ fn run_fuzzer(root: &Path, secs_per_target: f64) -> Result<Value> {
     serde_json::from_slice(&out.stdout).context("reading unmask-fuzz's report")
 }
 
-/// Builds `unmask` (dev profile, like this harness) and returns its path next to this binary.
-fn build_unmask(root: &Path) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "unmask-cli", "--bin", "unmask"])
-        .current_dir(root)
-        .status()
-        .context("running cargo build for unmask")?;
-    if !status.success() {
-        bail!("cargo build -p unmask-cli failed ({status})");
-    }
-    let exe = std::env::current_exe()?;
-    let bin = exe.parent().map(|d| d.join("unmask")).context("locating the target folder")?;
-    if !bin.exists() {
-        bail!("{} missing after cargo build", bin.display());
-    }
-    Ok(bin)
-}

@@ -29,7 +29,7 @@ const REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
 pub fn run(quick: bool) -> Result<Value> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let unmask = build_unmask(&root)?;
+    let unmask = crate::unmask_bin::build_unmask(&root)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let level_s = if quick { 5.0 } else { 20.0 };
     let fault_s = if quick { 5.0 } else { 12.0 };
@@ -153,23 +153,6 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>) -> String {
     )
 }
 
-/// Builds `unmask` (dev profile, like this harness) and returns its path next to this binary.
-fn build_unmask(root: &Path) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "unmask-cli", "--bin", "unmask"])
-        .current_dir(root)
-        .status()
-        .context("running cargo build for unmask")?;
-    if !status.success() {
-        bail!("cargo build -p unmask-cli failed ({status})");
-    }
-    let bin = std::env::current_exe()?.parent().map(|d| d.join("unmask")).context("locating the target folder")?;
-    if !bin.exists() {
-        bail!("{} missing after cargo build", bin.display());
-    }
-    Ok(bin)
-}
 
 fn client() -> Result<reqwest::Client> {
     // No proxy: a proxy from the environment must never see loopback traffic.

@@ -120,7 +120,7 @@ mod tests {
     #[test]
     fn engine_paths_are_recognised() {
         assert_eq!(
-            engine_relative("/work/main/engine/src/model/weights.rs:137:25").as_deref(),
+            engine_relative("/home/dev/unmask/engine/src/model/weights.rs:137:25").as_deref(),
             Some("engine/src/model/weights.rs:137")
         );
         assert_eq!(engine_relative("library/alloc/src/raw_vec.rs:25"), None);
