@@ -4,7 +4,6 @@
 //! Also peak RSS after loading and after one step against the weight bytes.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -13,7 +12,9 @@ use unmask_engine::model::{load_transformer, ForwardRequest, KernelChoice, KvMod
 
 use crate::synth::{write_llada, LladaShape, Rng};
 
-fn step(t: &Transformer, prefix: usize, block: usize, reps: usize) -> Result<(f64, f64, usize)> {
+/// One denoising step timed `samples` times with peak samples of `kind` interleaved in the same
+/// loop: (step seconds, peak ops/s, FLOPs of one step, KV cache bytes).
+fn step(t: &Transformer, prefix: usize, block: usize, samples: usize, kind: PeakKind) -> Result<(Vec<f64>, Vec<f64>, f64, usize)> {
     let mut cache = t.new_cache(prefix + block);
     // A synthetic cached prefix: the step's cost does not depend on the cached values.
     let mut rng = Rng::new(7);
@@ -30,15 +31,49 @@ fn step(t: &Transformer, prefix: usize, block: usize, reps: usize) -> Result<(f6
     let positions: Vec<usize> = (prefix..prefix + block).collect();
     let rows: Vec<usize> = (0..block).collect();
     let req = ForwardRequest { tokens: &tokens, positions: &positions, logits_rows: &rows, kv: KvMode::Read };
-    let mut best = f64::MAX;
-    let mut flops = 0.0;
-    for _ in 0..reps {
-        let t0 = Instant::now();
-        let out = t.forward(&req, Some(&mut cache))?;
-        best = best.min(t0.elapsed().as_secs_f64());
-        flops = out.flops;
+    let flops = t.forward(&req, Some(&mut cache))?.flops;
+    let (secs, peak) = crate::kernels::interleaved(samples, kind, 8_000_000, || {
+        let _ = t.forward(&req, Some(&mut cache));
+    });
+    Ok((secs, peak, flops, cache.bytes()))
+}
+
+/// The attention kernel alone at decoding's shapes, interleaved with FMA peak samples.
+fn attention_kernel(quick: bool) -> Result<Value> {
+    use unmask_engine::kernels::attention::{attention_with, flops, AttnArgs, HeadShape};
+    use unmask_engine::kernels::simd::Simd;
+    let fma = if PeakKind::Avx512Fma.available() { PeakKind::Avx512Fma } else { PeakKind::Avx2Fma };
+    let mut rows = Vec::new();
+    let mut best = (0.0f64, 0.0f64);
+    let samples = if quick { 7 } else { 15 };
+    for (name, shape, nq, nctx) in [
+        ("8b_no_cache", HeadShape { n_heads: 32, n_kv_heads: 32, head_dim: 128 }, 256usize, 256usize),
+        ("8b_block32_ctx256", HeadShape { n_heads: 32, n_kv_heads: 32, head_dim: 128 }, 32, 256),
+        ("tiny_no_cache", HeadShape { n_heads: 4, n_kv_heads: 4, head_dim: 48 }, 256, 256),
+    ] {
+        let mut rng = Rng::new(nq as u64 + nctx as u64);
+        let (qw, kw) = (shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim);
+        let q: Vec<f32> = (0..nq * qw).map(|_| rng.next_f32(1.0)).collect();
+        let k: Vec<f32> = (0..nctx * kw).map(|_| rng.next_f32(1.0)).collect();
+        let v: Vec<f32> = (0..nctx * kw).map(|_| rng.next_f32(1.0)).collect();
+        let k_pos: Vec<usize> = (0..nctx).collect();
+        let q_pos: Vec<usize> = (nctx - nq..nctx).collect();
+        let mut out = vec![0.0f32; nq * qw];
+        let mut kt = Vec::new();
+        let simd = Simd::detect();
+        let a = AttnArgs { q: &q, q_pos: &q_pos, k: &k, v: &v, k_pos: &k_pos, shape, causal: false };
+        let fl = flops(nq, nctx, shape);
+        // Peak samples of about the kernel's duration.
+        let (ks, ps) = crate::kernels::interleaved(samples, fma, 2_000_000, || attention_with(simd, &mut out, a, &mut kt));
+        let r = crate::kernels::peak_fraction(&format!("attention {name}"), fl, &ks, &ps)?;
+        if name == "8b_no_cache" {
+            best = (r["ops_per_s"].as_f64().unwrap_or(0.0), r["peak_fraction"].as_f64().unwrap_or(0.0));
+        }
+        eprintln!("[forward] attention {name}: {:.1} GFLOP/s, {:.2} of FMA peak", r["ops_per_s"].as_f64().unwrap_or(0.0) / 1e9, r["peak_fraction"].as_f64().unwrap_or(0.0));
+        rows.push(json!({"case": name, "nq": nq, "nctx": nctx, "heads": shape.n_heads, "head_dim": shape.head_dim,
+                         "flops": fl, "simd": simd, "result": r}));
     }
-    Ok((best, flops, cache.bytes()))
+    Ok(json!({"attention_gflops": best.0 / 1e9, "attention_peak_fraction": best.1, "cases": rows}))
 }
 
 pub fn run(quick: bool) -> Result<Value> {
@@ -47,13 +82,12 @@ pub fn run(quick: bool) -> Result<Value> {
     } else {
         LladaShape { hidden: 4096, layers: 2, heads: 32, ffn: 12288, vocab: 126464 }
     };
-    let (prefix, block, reps) = if quick { (256, 64, 2) } else { (512, 64, 3) };
+    let (prefix, block, reps) = if quick { (256, 64, 3) } else { (512, 64, 5) };
     let threads = unmask_engine::threads::count();
-    eprintln!("[forward] measuring peaks ({threads} threads)");
-    let fma = measure(PeakKind::Avx512Fma, threads, 20_000_000, 3)
-        .or_else(|| measure(PeakKind::Avx2Fma, threads, 20_000_000, 3))
-        .map(|p| p.ops_per_s)
-        .unwrap_or(f64::NAN);
+    eprintln!("[forward] attention kernel ({threads} threads)");
+    let attn = attention_kernel(quick)?;
+    let fma_kind = if PeakKind::Avx512Fma.available() { PeakKind::Avx512Fma } else { PeakKind::Avx2Fma };
+    let fma = measure(fma_kind, threads, 20_000_000, 3).map(|p| p.ops_per_s).unwrap_or(f64::NAN);
     let vnni = measure(PeakKind::Avx512Vnni, threads, 20_000_000, 3).map(|p| p.ops_per_s);
     let dir = std::env::temp_dir().join(format!("unmask-bench/llada8b-{}l-v{}", shape.layers, shape.vocab));
     eprintln!("[forward] writing synthetic checkpoint to {} (once)", dir.display());
@@ -62,16 +96,21 @@ pub fn run(quick: bool) -> Result<Value> {
     let (t, _) = load_transformer(&dir)?;
     let rss_load = rss_bytes().map(|r| r.0).unwrap_or(0);
     eprintln!("[forward] f32 step: block {block}, prefix {prefix}");
-    let (secs, flops, kv_bytes) = step(&t, prefix, block, reps)?;
+    let (fs, fp, flops, kv_bytes) = step(&t, prefix, block, reps, fma_kind)?;
+    let f32_r = crate::kernels::peak_fraction("forward f32", flops, &fs, &fp)?;
+    let secs = crate::kernels::median(&fs);
     let (rss_step, hwm_step) = rss_bytes().unwrap_or((0, 0));
     let touched_weights = t.weights.matrix_bytes() as u64 - (t.weights.embedding.bytes() as u64)
         + (block as u64 * shape.hidden as u64 * 4);
     let f32_gflops = flops / secs / 1e9;
+    let int8_kind = if vnni.is_some() { PeakKind::Avx512Vnni } else { fma_kind };
 
     eprintln!("[forward] requantising to int8 per row (f32 → int8 kernels)");
     let i8w = t.weights.clone().repack(KernelChoice::Int8PerRow)?;
     let ti = Transformer::new(t.config.clone(), i8w);
-    let (isecs, iflops, _) = step(&ti, prefix, block, reps)?;
+    let (is_, ip, iflops, _) = step(&ti, prefix, block, reps, int8_kind)?;
+    let int8_r = crate::kernels::peak_fraction("forward int8/row", iflops, &is_, &ip)?;
+    let isecs = crate::kernels::median(&is_);
     let int8_gflops = iflops / isecs / 1e9;
     drop(ti);
 
@@ -81,26 +120,34 @@ pub fn run(quick: bool) -> Result<Value> {
     let tq = Transformer::new(t.config.clone(), q8);
     drop(t);
     let tq = Arc::new(tq);
-    let (qsecs, qflops, _) = step(&tq, prefix, block, reps)?;
+    let (qs, qp, qflops, _) = step(&tq, prefix, block, reps, int8_kind)?;
+    let q8_r = crate::kernels::peak_fraction("forward q8_0", qflops, &qs, &qp)?;
+    let qsecs = crate::kernels::median(&qs);
     let q8_gflops = qflops / qsecs / 1e9;
 
     let headline = json!({
         "forward_gflops": f32_gflops,
-        "forward_peak_fraction": f32_gflops * 1e9 / fma,
+        "forward_peak_fraction": f32_r["peak_fraction"],
         "forward_gflops_f32": f32_gflops,
-        "forward_peak_fraction_f32": f32_gflops * 1e9 / fma,
+        "forward_peak_fraction_f32": f32_r["peak_fraction"],
         "forward_gflops_q8_0": q8_gflops,
-        "forward_peak_fraction_q8_0": vnni.map(|v| q8_gflops * 1e9 / v),
+        "forward_peak_fraction_q8_0": q8_r["peak_fraction"],
         "forward_over_fma_peak_q8_0": q8_gflops * 1e9 / fma,
         "forward_gflops_int8": int8_gflops,
-        "forward_peak_fraction_q8_0_vs_vnni": vnni.map(|v| q8_gflops * 1e9 / v),
+        "forward_peak_fraction_int8": int8_r["peak_fraction"],
+        "forward_peak_fraction_q8_0_vs_vnni": q8_r["peak_fraction"],
+        "attention_gflops": attn["attention_gflops"],
+        "attention_peak_fraction": attn["attention_peak_fraction"],
         "rss_after_step_over_touched_weights": (rss_step.saturating_sub(rss0)) as f64 / touched_weights as f64,
     });
     Ok(json!({
         "headline": headline,
         "shape": {"hidden": shape.hidden, "layers": shape.layers, "heads": shape.heads, "ffn": shape.ffn, "vocab": shape.vocab,
                   "block": block, "prefix": prefix},
-        "peaks": {"fma_f32_flops": fma, "vnni_int8_ops": vnni, "threads": threads},
+        "peaks": {"fma_f32_flops": fma, "vnni_int8_ops": vnni, "threads": threads,
+                  "note": "standalone peaks (context only); every peak_fraction uses peak samples interleaved with its kernel's samples"},
+        "attention": attn,
+        "same_run": {"f32": f32_r, "int8_per_row": int8_r, "q8_0": q8_r},
         "f32": {"step_s": secs, "flops": flops, "gflops": f32_gflops, "weights": "f32 from mmap'd safetensors, packed at load into 16-column panels for the own AVX-512 kernel (mapped pages released)"},
         "q8_0": {"step_s": qsecs, "gflops": q8_gflops, "matrix_bytes": q8_bytes,
                   "note": "Q8_0 repacked at load into int8 panels (block-32 scales), int8 activations, VNNI/AVX2 kernel; forward_peak_fraction_q8_0 (and _vs_vnni) is against the VNNI int8 peak, forward_over_fma_peak_q8_0 against the f32 FMA peak"},

@@ -31,6 +31,53 @@ fn time(reps: usize, budget_s: f64, mut f: impl FnMut()) -> f64 {
     best
 }
 
+/// Median, min and max of samples.
+pub fn stats(v: &[f64]) -> Value {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let med = if s.is_empty() { f64::NAN } else if s.len() % 2 == 1 { s[s.len() / 2] } else { 0.5 * (s[s.len() / 2 - 1] + s[s.len() / 2]) };
+    json!({"median": med, "min": s.first(), "max": s.last(), "n": s.len()})
+}
+
+/// Median of samples.
+pub fn median(v: &[f64]) -> f64 {
+    stats(v)["median"].as_f64().unwrap_or(f64::NAN)
+}
+
+/// Kernel and peak samples taken alternately in one loop (equal counts, order alternating), so
+/// both see the same machine load: `(kernel seconds, peak ops/s)`.
+pub fn interleaved(samples: usize, kind: PeakKind, peak_iters: u64, mut f: impl FnMut()) -> (Vec<f64>, Vec<f64>) {
+    f();
+    let (mut ks, mut ps) = (Vec::new(), Vec::new());
+    for i in 0..samples.max(1) {
+        let mut kernel = || {
+            let t0 = Instant::now();
+            f();
+            ks.push(t0.elapsed().as_secs_f64());
+        };
+        if i % 2 == 0 {
+            kernel();
+            ps.push(unmask_engine::kernels::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
+        } else {
+            ps.push(unmask_engine::kernels::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
+            kernel();
+        }
+    }
+    (ks, ps)
+}
+
+/// A same-run fraction of peak: `ops / median(seconds) / median(peak)`, with the spread; a
+/// fraction above 1.0 is a failed measurement and fails the suite.
+pub fn peak_fraction(what: &str, ops: f64, secs: &[f64], peak: &[f64]) -> Result<Value> {
+    let rate = ops / median(secs);
+    let frac = rate / median(peak);
+    if frac > 1.0 {
+        anyhow::bail!("{what}: {:.3} of the same-run peak is above 1.0: a failed measurement, not a result", frac);
+    }
+    Ok(json!({"ops_per_s": rate, "peak_ops_per_s": median(peak), "peak_fraction": frac,
+              "seconds": stats(secs), "peak": stats(peak)}))
+}
+
 fn blocks(name: &str, dtype: DType, bytes: Vec<u8>, n: usize, k: usize) -> Result<Linear> {
     Ok(Linear::from_raw_unchecked(name.into(), dtype, TensorBytes::owned(bytes), n, k)?)
 }

@@ -14,6 +14,7 @@ mod store;
 mod synth;
 mod tasks;
 mod unmask_bin;
+mod versus;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,7 @@ const SUITES: &[(&str, &str)] = &[
     ("store", "step-trace persistence: batched vs unbatched writes, recording overhead"),
     ("robustness", "hostile inputs: fuzzer, bad-input corpus vs the unmask binary, RSS soaks"),
     ("serve", "unmask serve under load: requests/s, time to first token, faults, no lost runs"),
+    ("versus", "side by side with llama.cpp's llama-diffusion-cli on the same GGUFs (speed, parity)"),
 ];
 
 fn main() -> Result<()> {
@@ -59,6 +61,7 @@ fn main() -> Result<()> {
             "store" => store::run(quick)?,
             "robustness" => robustness::run(quick)?,
             "serve" => serve::run(quick)?,
+            "versus" => versus::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

@@ -51,3 +51,36 @@ fn published_figures_are_the_cited_ones() {
     assert_eq!(DeviceProfile::builtin("sm8850").unwrap().npu.unwrap().int8_tops.value, 89.4);
     assert_eq!(DeviceProfile::builtin("host-cpu").unwrap().memory.dram_gbps.value, 11.0);
 }
+
+/// Every source lives in the repository: a section of docs/sources.md that exists, a fit to the
+/// validation set's fit rows, a measurement on this machine, or an estimate that says so.
+#[test]
+fn every_source_is_in_the_repository_or_an_estimate() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/sources.md")).unwrap();
+    let anchors: Vec<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("## §"))
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_owned())
+        .collect();
+    for name in DeviceProfile::list_builtin() {
+        for (field, src) in DeviceProfile::builtin(name).unwrap().sources() {
+            let kind_ok = src.starts_with("estimate")
+                || src.starts_with("fit")
+                || src.starts_with("measured here")
+                || src.contains("docs/sources.md §");
+            assert!(kind_ok, "{name}.{field}: source is neither cited in docs/sources.md, fitted, measured nor an estimate: {src}");
+            assert!(!src.replace("docs/sources.md", "").contains(".md"), "{name}.{field} points outside the repository: {src}");
+            if src.starts_with("estimate") {
+                assert!(src.len() > 30, "{name}.{field}: an estimate must say how it was derived: {src}");
+            }
+            for part in src.split("docs/sources.md §").skip(1) {
+                let anchor: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '.').collect();
+                let anchor = anchor.trim_end_matches('.');
+                assert!(anchors.iter().any(|a| a == anchor), "{name}.{field}: docs/sources.md has no §{anchor}");
+            }
+            if src.starts_with("fit ") && name != "host-cpu" {
+                assert!(src.contains("validation/published.json"), "{name}.{field}: a fit names its rows: {src}");
+            }
+        }
+    }
+}

@@ -78,6 +78,16 @@ fn check_model(name: &str) {
     }
     let t = npu.totals();
     assert!(t.staged_bytes >= r.bytes && t.staged_remaps >= r.remaps);
+    // The staging slots are fixed buffers: a second streamed forward refills them in place.
+    let (c, _) = cpu.forward(&req, Some(&mut c1)).unwrap();
+    let (d, _) = npu.forward(&req, Some(&mut c2)).unwrap();
+    assert_eq!(c.logits, d.logits, "{name}: refilled slots give bit-identical logits");
+    let again = npu.last_stream_report().unwrap();
+    assert_eq!(again.allocations, 0, "{name}: steady-state fills allocate nothing");
+    assert_eq!(again.pool_bytes, r.pool_bytes, "{name}: the pool does not grow");
+    assert!(again.bytes > 0);
+    let weights = m.weights.matrix_bytes() as u64;
+    assert!(again.pool_bytes < weights, "{name}: the pool ({}) is smaller than the weights ({weights})", again.pool_bytes);
     // The simulated transfers of that forward carry the measured copy times.
     let measured = npu.timeline().events.iter().filter(|e| e.category == "transfer" && e.wall_dur > 0.0).count();
     assert!(measured > 0, "{name}: transfer events carry measured wall time");

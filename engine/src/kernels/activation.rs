@@ -1,6 +1,9 @@
-//! Element-wise activations and softmax helpers.
+//! Element-wise activations and softmax: plain references and vectorised variants per
+//! instruction set ([`super::simd::Simd`]) with a polynomial `exp` ([`super::simd::exp_approx`]).
 
-/// SiLU(x) = x·σ(x).
+use super::simd::{exp_approx, multiversion, Simd};
+
+/// SiLU(x) = x·σ(x) (reference form, libm `exp`).
 #[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
@@ -8,24 +11,108 @@ pub fn silu(x: f32) -> f32 {
 
 /// `gate[i] = silu(gate[i]) * up[i]` (the SwiGLU product), in place.
 pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
+    swiglu_with(Simd::detect(), gate, up)
+}
+
+/// Reference of [`swiglu_inplace`].
+pub fn swiglu_reference(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = silu(*g) * u;
     }
 }
 
+multiversion! {
+    /// [`swiglu_inplace`] with the variant of `simd`.
+    pub fn swiglu_with(gate: &mut [f32], up: &[f32]) {
+        for (g, &u) in gate.iter_mut().zip(up) {
+            let x = *g;
+            // exp(-x) overflows to +inf for x < -88.7: x / inf = -0, as the reference gives.
+            let e = if -x > 88.0 { f32::INFINITY } else { exp_approx::<F>(-x) };
+            *g = x / (1.0 + e) * u;
+        }
+    }
+}
+
 /// Numerically stable softmax in place.
 pub fn softmax_inplace(x: &mut [f32]) {
+    softmax_with(Simd::detect(), x)
+}
+
+/// Reference of [`softmax_inplace`] (f64).
+pub fn softmax_reference(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {
         return;
     }
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
+    let e: Vec<f64> = x.iter().map(|&v| ((v - max) as f64).exp()).collect();
+    let sum: f64 = e.iter().sum();
+    for (v, e) in x.iter_mut().zip(e) {
+        *v = (e / sum) as f32;
     }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
+}
+
+multiversion! {
+    /// [`softmax_inplace`] with the variant of `simd`.
+    pub fn softmax_with(x: &mut [f32]) {
+        let mut mx = [f32::NEG_INFINITY; L];
+        let mut chunks = x.chunks_exact(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                mx[i] = mx[i].max(c[i]);
+            }
+        }
+        let max = chunks.remainder().iter().fold(mx.iter().copied().fold(f32::NEG_INFINITY, f32::max), |a, &b| a.max(b));
+        if max == f32::NEG_INFINITY {
+            return;
+        }
+        let mut acc = [0.0f32; L];
+        let mut chunks = x.chunks_exact_mut(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                c[i] = exp_approx::<F>(c[i] - max);
+                acc[i] += c[i];
+            }
+        }
+        let mut sum: f32 = acc.iter().sum();
+        for v in chunks.into_remainder() {
+            *v = exp_approx::<F>(*v - max);
+            sum += *v;
+        }
+        let inv = 1.0 / sum;
+        for v in x.iter_mut() {
+            *v *= inv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_matches_reference() {
+        for n in [1usize, 5, 16, 33, 576, 4099] {
+            let x: Vec<f32> = (0..n).map(|i| ((i * 7919 % 211) as f32 - 105.0) / 9.0).collect();
+            let u: Vec<f32> = (0..n).map(|i| ((i * 31 % 17) as f32 - 8.0) / 3.0).collect();
+            let mut sw = x.clone();
+            swiglu_reference(&mut sw, &u);
+            let mut sm = x.clone();
+            softmax_reference(&mut sm);
+            for simd in Simd::all_available() {
+                let mut g = x.clone();
+                swiglu_with(simd, &mut g, &u);
+                for (a, b) in g.iter().zip(&sw) {
+                    assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{simd:?} swiglu: {a} vs {b}");
+                }
+                let mut s = x.clone();
+                softmax_with(simd, &mut s);
+                for (a, b) in s.iter().zip(&sm) {
+                    assert!((a - b).abs() <= 1e-6 * (1e-3 + b.abs()), "{simd:?} softmax: {a} vs {b}");
+                }
+            }
+        }
+        let mut big = vec![-100.0f32, 100.0];
+        swiglu_with(Simd::detect(), &mut big, &[1.0, 1.0]);
+        assert_eq!(big, [-0.0, 100.0]);
     }
 }

@@ -55,6 +55,16 @@ impl PackedF32 {
     pub fn bytes(&self) -> usize {
         self.data.len() * 4
     }
+
+    /// Overwrites these weights with `src`'s in place (no allocation; a staging-slot fill of the
+    /// memory runtime). False when the shapes differ.
+    pub fn copy_from(&mut self, src: &PackedF32) -> bool {
+        if (self.n, self.k, self.data.len()) != (src.n, src.k, src.data.len()) {
+            return false;
+        }
+        self.data.copy_from_slice(&src.data);
+        true
+    }
 }
 
 /// Plain reference (f64 accumulation) on unpacked row-major weights.

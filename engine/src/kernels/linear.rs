@@ -184,6 +184,39 @@ impl Linear {
         Linear { name: self.name.clone(), n_out: self.n_out, k_in: self.k_in, storage }
     }
 
+    /// Overwrites this matrix's storage with `src`'s bytes in place, without allocating (the fill
+    /// of a staging slot made once by [`Linear::staged_copy`]): same shape and same storage format
+    /// required (a mapped f32 source fills an owned f32 slot). Returns the bytes copied, `None`
+    /// when the slot cannot hold `src`.
+    pub fn copy_storage_from(&mut self, src: &Linear) -> Option<usize> {
+        if (self.n_out, self.k_in) != (src.n_out, src.k_in) {
+            return None;
+        }
+        let ok = match (&mut self.storage, &src.storage) {
+            (WeightStorage::F32Owned(d), WeightStorage::F32Owned(s)) if d.len() == s.len() => {
+                d.copy_from_slice(s);
+                true
+            }
+            (WeightStorage::F32Owned(d), WeightStorage::F32Mapped(b)) if d.len() * 4 == b.len() => {
+                for (x, c) in d.iter_mut().zip(b.as_slice().chunks_exact(4)) {
+                    *x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                true
+            }
+            (WeightStorage::Packed { dtype: dd, bytes: db }, WeightStorage::Packed { dtype: sd, bytes: sb }) => {
+                *dd == *sd && db.copy_in_place(sb.as_slice())
+            }
+            (WeightStorage::Int8Packed(d), WeightStorage::Int8Packed(s)) => {
+                Arc::get_mut(d).is_some_and(|d| d.copy_from(s))
+            }
+            (WeightStorage::F32Packed(d), WeightStorage::F32Packed(s)) => {
+                Arc::get_mut(d).is_some_and(|d| d.copy_from(s))
+            }
+            _ => false,
+        };
+        ok.then(|| src.bytes())
+    }
+
     /// The loaded bytes were copied into a repacked form: drop their mapped pages from RSS.
     fn release_mapped(&self) {
         if let WeightStorage::F32Mapped(b) | WeightStorage::Packed { bytes: b, .. } = &self.storage {

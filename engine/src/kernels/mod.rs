@@ -11,3 +11,4 @@ pub mod norm;
 pub mod peak;
 pub mod quant;
 pub mod rope;
+pub mod simd;

@@ -65,6 +65,21 @@ pub fn measure(kind: PeakKind, threads: usize, iters: u64, reps: usize) -> Optio
     Some(Peak { ops_per_s: best, threads })
 }
 
+/// One sample of `kind` on the global worker pool (the pool the kernels run on): `iters`
+/// iterations of 12 chains, cut into 8 chunks per thread; returns operations per second. Meant to
+/// be interleaved with kernel samples in one loop, so both see the same machine load.
+pub fn sample(kind: PeakKind, iters: u64) -> Option<f64> {
+    use rayon::prelude::*;
+    if !kind.available() {
+        return None;
+    }
+    let chunks = rayon::current_num_threads().max(1) * 8;
+    let per = (iters / 8).max(1);
+    let t0 = Instant::now();
+    let total: f64 = (0..chunks).into_par_iter().map(|_| run_stream(kind, per)).sum();
+    Some(total / t0.elapsed().as_secs_f64())
+}
+
 /// Returns the operation count executed.
 fn run_stream(kind: PeakKind, iters: u64) -> f64 {
     #[cfg(target_arch = "x86_64")]

@@ -1,6 +1,17 @@
-//! Rotary position embeddings with precomputed tables.
+//! Rotary position embeddings with precomputed tables; rows are rotated by a vectorised
+//! variant per instruction set ([`super::simd::Simd`]), checked against the per-head reference.
 
-use crate::model::config::RopeStyle;
+use super::simd::{multiversion, Simd};
+
+/// How rotary embeddings pair up the dimensions of a head (re-exported as
+/// `model::config::RopeStyle`; kernels know no model types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RopeStyle {
+    /// HF / NeoX convention: dimension i pairs with i + rotary_dim/2.
+    RotateHalf,
+    /// Original Llama / llama.cpp "NORM": adjacent dimensions (2i, 2i+1) pair up.
+    Interleaved,
+}
 
 /// Positions whose angles are precomputed. Longer contexts compute the rest on the fly, so a
 /// model that claims a huge context costs no memory until a request actually reaches it.
@@ -80,10 +91,48 @@ impl RopeTable {
 
     /// Rotates every head of every row: `x` is `[rows, n_heads * head_dim]`.
     pub fn apply_rows(&self, x: &mut [f32], positions: &[usize], n_heads: usize, head_dim: usize) {
+        self.apply_rows_with(Simd::detect(), x, positions, n_heads, head_dim)
+    }
+
+    /// [`RopeTable::apply_rows`] with the variant of `simd` (rows past the stored table take the
+    /// per-head path).
+    pub fn apply_rows_with(&self, simd: Simd, x: &mut [f32], positions: &[usize], n_heads: usize, head_dim: usize) {
         let width = n_heads * head_dim;
+        let half = self.rotary_dim / 2;
+        if half == 0 || width == 0 {
+            return;
+        }
         for (row, &pos) in x.chunks_exact_mut(width).zip(positions) {
-            for head in row.chunks_exact_mut(head_dim) {
-                self.apply(head, pos);
+            match self.stored(pos) {
+                Some((c, s)) => rotate_row(simd, self.style == RopeStyle::RotateHalf, row, head_dim, c, s),
+                None => {
+                    for head in row.chunks_exact_mut(head_dim) {
+                        self.apply(head, pos);
+                    }
+                }
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Rotates every `head_dim` head of one row by the angles of `c`/`s` (`rotary_dim / 2` each).
+    fn rotate_row(half_style: bool, row: &mut [f32], head_dim: usize, c: &[f32], s: &[f32]) {
+        let half = c.len();
+        for head in row.chunks_exact_mut(head_dim) {
+            if half_style {
+                let (a, b) = head[..2 * half].split_at_mut(half);
+                for i in 0..half {
+                    let (x, y) = (a[i], b[i]);
+                    a[i] = F::mul_add(x, c[i], -(y * s[i]));
+                    b[i] = F::mul_add(y, c[i], x * s[i]);
+                }
+            } else {
+                for (i, p) in head[..2 * half].chunks_exact_mut(2).enumerate() {
+                    let (x, y) = (p[0], p[1]);
+                    p[0] = F::mul_add(x, c[i], -(y * s[i]));
+                    p[1] = F::mul_add(y, c[i], x * s[i]);
+                }
             }
         }
     }
@@ -125,6 +174,31 @@ mod tests {
         let n0: f32 = orig.iter().map(|v| v * v).sum();
         let n1: f32 = h.iter().map(|v| v * v).sum();
         assert!((n0 - n1).abs() < 1e-3);
+    }
+
+    #[test]
+    fn every_variant_matches_the_per_head_reference() {
+        for style in [RopeStyle::RotateHalf, RopeStyle::Interleaved] {
+            for (hd, rot) in [(8usize, 8usize), (48, 48), (128, 128), (64, 32)] {
+                let t = RopeTable::new(style, rot, 10000.0, 64);
+                let (nh, rows) = (3, 5);
+                let x: Vec<f32> = (0..rows * nh * hd).map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0).collect();
+                let pos: Vec<usize> = (0..rows).map(|r| r * 13 % 64).collect();
+                let mut want = x.clone();
+                for (row, &p) in want.chunks_exact_mut(nh * hd).zip(&pos) {
+                    for head in row.chunks_exact_mut(hd) {
+                        t.apply(head, p);
+                    }
+                }
+                for simd in Simd::all_available() {
+                    let mut got = x.clone();
+                    t.apply_rows_with(simd, &mut got, &pos, nh, hd);
+                    for (a, b) in got.iter().zip(&want) {
+                        assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{simd:?} {style:?} {hd}: {a} vs {b}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -17,13 +17,63 @@ use super::packing::{align_up, pack_by_lifetime, PackItem};
 /// Mapping granularity: buffers and arena offsets are page aligned.
 pub const PAGE: u64 = 4096;
 
-/// How buffers are placed in the NPU-visible space.
+/// How buffers are placed in the NPU-visible space. Besides the two end points, three variants
+/// switch off one part of the swap-optimized runtime each, so its cost can be measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum PlacementPolicy {
     /// Per-tensor registrations, map/unmap per use, no overlap.
     Naive,
     /// Lifetime-packed activations, planned residency, double-buffered staging.
     SwapOptimized,
+    /// As `SwapOptimized` without lifetime packing: every activation keeps its own page-aligned
+    /// registration for the whole graph (less room for resident weights).
+    SwapNoPacking,
+    /// As `SwapOptimized` with one staging slot: a copy can only start once the previous copy's
+    /// operator has finished with the slot.
+    SwapSingleBuffer,
+    /// As `SwapOptimized` (packing, same residency) but each streamed weight is mapped before its
+    /// operator and unmapped after it, synchronously, instead of copied into mapped staging slots.
+    SwapNaiveRemap,
+}
+
+impl PlacementPolicy {
+    /// The full runtime, each part switched off in turn, and the naive end point.
+    pub const ABLATIONS: [PlacementPolicy; 5] = [
+        PlacementPolicy::SwapOptimized,
+        PlacementPolicy::SwapNoPacking,
+        PlacementPolicy::SwapSingleBuffer,
+        PlacementPolicy::SwapNaiveRemap,
+        PlacementPolicy::Naive,
+    ];
+
+    /// Whether short-lived activations share one lifetime-packed arena.
+    pub fn packs_activations(self) -> bool {
+        matches!(self, PlacementPolicy::SwapOptimized | PlacementPolicy::SwapSingleBuffer | PlacementPolicy::SwapNaiveRemap)
+    }
+
+    /// Staging slots (or on-demand mapping windows) reserved for streamed weights.
+    pub fn staging_slots(self) -> usize {
+        match self {
+            PlacementPolicy::SwapOptimized | PlacementPolicy::SwapNoPacking => 2,
+            PlacementPolicy::SwapSingleBuffer | PlacementPolicy::SwapNaiveRemap | PlacementPolicy::Naive => 1,
+        }
+    }
+
+    /// Whether streamed weights are mapped and unmapped around every use (no staging copies).
+    pub fn maps_per_use(self) -> bool {
+        matches!(self, PlacementPolicy::Naive | PlacementPolicy::SwapNaiveRemap)
+    }
+
+    /// Short label for reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            PlacementPolicy::Naive => "naive (everything off)",
+            PlacementPolicy::SwapOptimized => "memory runtime (all parts on)",
+            PlacementPolicy::SwapNoPacking => "no activation packing",
+            PlacementPolicy::SwapSingleBuffer => "single staging buffer",
+            PlacementPolicy::SwapNaiveRemap => "naive remapping (map/unmap per use)",
+        }
+    }
 }
 
 /// The outcome of planning one graph against a budget.
@@ -70,9 +120,9 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
         (0..n).filter(|&b| is(b, BufferClass::KvCache)).map(|b| align_up(graph.buffers[b].bytes, PAGE)).sum();
     let acts: Vec<usize> = (0..n).filter(|&b| is(b, BufferClass::Activation) && life[b].is_some()).collect();
     let mut activation_offsets = vec![None; n];
-    let activation_bytes = match policy {
-        PlacementPolicy::Naive => acts.iter().map(|&b| align_up(graph.buffers[b].bytes, PAGE)).sum(),
-        PlacementPolicy::SwapOptimized => {
+    let activation_bytes = match policy.packs_activations() {
+        false => acts.iter().map(|&b| align_up(graph.buffers[b].bytes, PAGE)).sum(),
+        true => {
             let items: Vec<PackItem> = acts
                 .iter()
                 .map(|&b| {
@@ -100,12 +150,10 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
     let mut weights: Vec<usize> = (0..n).filter(|&b| is(b, BufferClass::Weight) && life[b].is_some()).collect();
     weights.sort_by_key(|&b| life[b].map(|l| l.0).unwrap_or(0));
     let wsize = |b: usize| align_up(graph.buffers[b].bytes, PAGE);
-    // KV cache always resident; packed activations live in the (resident) arena.
-    let mut resident: Vec<bool> = (0..n)
-        .map(|b| {
-            is(b, BufferClass::KvCache) || (is(b, BufferClass::Activation) && policy == PlacementPolicy::SwapOptimized)
-        })
-        .collect();
+    // KV cache always resident; activations live in the (resident) arena or their own registrations.
+    let mut resident: Vec<bool> =
+        (0..n).map(|b| is(b, BufferClass::KvCache) || is(b, BufferClass::Activation)).collect();
+    let slots = policy.staging_slots();
     let (slot, slots) = match policy {
         PlacementPolicy::Naive => {
             // Reserve a window for the largest weight, then keep weights in order of first use.
@@ -122,13 +170,14 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
             }
             (window, 1)
         }
-        PlacementPolicy::SwapOptimized => {
-            let choice = choose_residency(&weights, wsize, fixed, budget_bytes)
-                .ok_or_else(|| too_small(fixed + 2 * weights.iter().map(|&b| wsize(b)).min().unwrap_or(0)))?;
+        _ => {
+            let choice = choose_residency(&weights, wsize, fixed, budget_bytes, slots as u64).ok_or_else(|| {
+                too_small(fixed + slots as u64 * weights.iter().map(|&b| wsize(b)).min().unwrap_or(0))
+            })?;
             for &b in &choice.resident {
                 resident[b] = true;
             }
-            (choice.slot, 2)
+            (choice.slot, slots)
         }
     };
     // What each operator swaps in.
@@ -140,9 +189,12 @@ pub fn plan_memory(graph: &LayerGraph, budget_bytes: u64, policy: PlacementPolic
     // The window/slots are only needed if something streams.
     let (slot, slots) = if streamed.is_empty() { (0, 0) } else { (slot, slots) };
     let peak = fixed + resident_weight_bytes + slot * slots as u64;
-    let (map_calls, setup) = match policy {
-        PlacementPolicy::Naive => (streamed.len(), weights.iter().filter(|&&b| resident[b]).count() + acts.len() + 1),
-        PlacementPolicy::SwapOptimized => (0, weights.iter().filter(|&&b| resident[b]).count() + 2 + slots),
+    let registrations = if policy.packs_activations() { 1 } else { acts.len() };
+    let kept = weights.iter().filter(|&&b| resident[b]).count();
+    let (map_calls, setup) = if policy.maps_per_use() {
+        (streamed.len(), kept + registrations + 1)
+    } else {
+        (0, kept + registrations + 1 + slots)
     };
     Ok(MemoryPlan {
         policy,
@@ -170,8 +222,14 @@ struct Residency {
 
 /// Picks resident weights minimising streamed bytes: for each candidate slot size (the largest weight
 /// allowed to stream), weights larger than the slot must be resident, the rest are added largest
-/// first while they fit next to two slots.
-fn choose_residency(weights: &[usize], wsize: impl Fn(usize) -> u64, fixed: u64, budget: u64) -> Option<Residency> {
+/// first while they fit next to `slots` slots.
+fn choose_residency(
+    weights: &[usize],
+    wsize: impl Fn(usize) -> u64,
+    fixed: u64,
+    budget: u64,
+    slots: u64,
+) -> Option<Residency> {
     let mut sizes: Vec<u64> = weights.iter().map(|&b| wsize(b)).collect();
     sizes.push(0);
     sizes.sort_unstable();
@@ -182,7 +240,7 @@ fn choose_residency(weights: &[usize], wsize: impl Fn(usize) -> u64, fixed: u64,
     let mut best: Option<(u64, Residency)> = None;
     for &cap in &sizes {
         let must: u64 = weights.iter().filter(|&&b| wsize(b) > cap).map(|&b| wsize(b)).sum();
-        let mut used = fixed + must + 2 * cap;
+        let mut used = fixed + must + slots * cap;
         if used > budget {
             continue;
         }
@@ -253,6 +311,27 @@ mod tests {
         assert!(opt.streamed_bytes_per_step <= naive.streamed_bytes_per_step);
         assert_eq!(opt.map_calls_per_step, 0);
         assert!(naive.map_calls_per_step > 0);
+    }
+
+    #[test]
+    fn every_ablation_respects_the_budget() {
+        let g = graph();
+        let budget = g.bytes_of(BufferClass::Weight) / 2
+            + 2 * g.bytes_of(BufferClass::Activation)
+            + g.bytes_of(BufferClass::KvCache);
+        let full = plan_memory(&g, budget, PlacementPolicy::SwapOptimized).unwrap();
+        for policy in PlacementPolicy::ABLATIONS {
+            let p = plan_memory(&g, budget, policy).unwrap();
+            assert!(p.peak_resident_bytes <= budget, "{policy:?}");
+            assert_eq!(p.staging_slots, policy.staging_slots(), "{policy:?}");
+            assert_eq!(p.map_calls_per_step > 0, policy.maps_per_use(), "{policy:?}");
+            // Fewer slots leave more room for resident weights; the other variants stream at least as much.
+            if policy.staging_slots() == 2 {
+                assert!(p.streamed_bytes_per_step >= full.streamed_bytes_per_step, "{policy:?}");
+            }
+        }
+        let unpacked = plan_memory(&g, budget, PlacementPolicy::SwapNoPacking).unwrap();
+        assert!(unpacked.activation_bytes > full.activation_bytes);
     }
 
     #[test]

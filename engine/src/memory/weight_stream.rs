@@ -1,9 +1,15 @@
 //! Weight streaming for a real forward: the matrices a [`MemoryPlan`] swaps in are copied by a
-//! staging thread into one of two slots while the previous layer computes, and the layer then
-//! computes from those copies (not from the resident weights), so the copy is on the data path.
+//! staging thread into one of two fixed staging slots while the previous layer computes, and the
+//! layer then computes from the slot (not from the resident weights), so the copy is on the data
+//! path.
 //!
-//! Two slots, handed back and forth with credits: the thread fills slot B with layer i+1 while
-//! layer i computes from slot A, and may start on layer i+2 only once layer i has released A.
+//! The slots live in a [`StagingPool`] made once per backend: two layer slots and one head slot.
+//! A slot's buffer for a matrix is allocated the first time that matrix streams (a one-time
+//! growth, counted in [`StreamReport::allocations`]) and overwritten in place by every later fill
+//! ([`Linear::copy_storage_from`]): in steady state a streamed forward allocates nothing. Slots
+//! travel between the two threads through channels, so neither side can touch a slot the other is
+//! using (no shared mutable memory, no `unsafe`); the thread fills slot B with layer i+1 while layer
+//! i computes from slot A, and may start on layer i+2 only once layer i has handed A back.
 //! Copies hold the same bytes, so outputs are bit-identical to the resident forward.
 
 use std::sync::mpsc;
@@ -12,15 +18,25 @@ use std::time::Instant;
 use crate::error::{EngineError, Result};
 use crate::kernels::linear::Linear;
 use crate::model::transformer::LayerSource;
-use crate::model::weights::{LayerMatrix, LayerWeights};
+use crate::model::weights::{FeedForward, LayerMatrix, LayerWeights, ModelWeights};
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, Transformer};
 
 use super::graph::{BufferClass, LayerGraph};
 use super::plan::MemoryPlan;
 use super::staging::{overlap, WallSpan};
 
-/// Staging slots of the double buffer.
+/// Layer staging slots of the double buffer.
 pub const SLOTS: usize = 2;
+
+const ALL_MATRICES: [LayerMatrix; 7] = [
+    LayerMatrix::Q,
+    LayerMatrix::K,
+    LayerMatrix::V,
+    LayerMatrix::O,
+    LayerMatrix::Gate,
+    LayerMatrix::Up,
+    LayerMatrix::Down,
+];
 
 /// Which weights a forward streams, derived from a memory plan.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,6 +92,180 @@ impl StreamPlan {
     }
 }
 
+/// The matrices of `m` in a layer (an MoE layer's gate/up/down: one per expert).
+fn linears(l: &LayerWeights, m: LayerMatrix) -> Vec<&Linear> {
+    match (m, &l.ffn) {
+        (LayerMatrix::Q, _) => vec![&l.wq],
+        (LayerMatrix::K, _) => vec![&l.wk],
+        (LayerMatrix::V, _) => vec![&l.wv],
+        (LayerMatrix::O, _) => vec![&l.wo],
+        (LayerMatrix::Gate, FeedForward::Dense { gate, .. }) => vec![gate],
+        (LayerMatrix::Up, FeedForward::Dense { up, .. }) => vec![up],
+        (LayerMatrix::Down, FeedForward::Dense { down, .. }) => vec![down],
+        (LayerMatrix::Gate, FeedForward::Moe { experts, .. }) => experts.iter().map(|e| &e.gate).collect(),
+        (LayerMatrix::Up, FeedForward::Moe { experts, .. }) => experts.iter().map(|e| &e.up).collect(),
+        (LayerMatrix::Down, FeedForward::Moe { experts, .. }) => experts.iter().map(|e| &e.down).collect(),
+    }
+}
+
+fn linears_mut(l: &mut LayerWeights, m: LayerMatrix) -> Vec<&mut Linear> {
+    match (m, &mut l.ffn) {
+        (LayerMatrix::Q, _) => vec![&mut l.wq],
+        (LayerMatrix::K, _) => vec![&mut l.wk],
+        (LayerMatrix::V, _) => vec![&mut l.wv],
+        (LayerMatrix::O, _) => vec![&mut l.wo],
+        (LayerMatrix::Gate, FeedForward::Dense { gate, .. }) => vec![gate],
+        (LayerMatrix::Up, FeedForward::Dense { up, .. }) => vec![up],
+        (LayerMatrix::Down, FeedForward::Dense { down, .. }) => vec![down],
+        (LayerMatrix::Gate, FeedForward::Moe { experts, .. }) => experts.iter_mut().map(|e| &mut e.gate).collect(),
+        (LayerMatrix::Up, FeedForward::Moe { experts, .. }) => experts.iter_mut().map(|e| &mut e.up).collect(),
+        (LayerMatrix::Down, FeedForward::Moe { experts, .. }) => experts.iter_mut().map(|e| &mut e.down).collect(),
+    }
+}
+
+/// Points `dst` at `src`'s storage without copying weight data (shared buffers: a reference-count
+/// bump; the name is copied into `dst`'s existing string).
+fn share(dst: &mut Linear, src: &Linear) {
+    dst.name.clone_from(&src.name);
+    dst.n_out = src.n_out;
+    dst.k_in = src.k_in;
+    dst.storage.clone_from(&src.storage);
+}
+
+fn opt_clone_from(dst: &mut Option<Vec<f32>>, src: &Option<Vec<f32>>) {
+    match (dst.as_mut(), src) {
+        (Some(d), Some(s)) => d.clone_from(s),
+        _ => dst.clone_from(src),
+    }
+}
+
+/// One layer staging slot: the weights the layer computes from, with owned buffers for the
+/// matrices it has ever streamed (parked while a fill does not stream them).
+struct Slot {
+    layer: LayerWeights,
+    /// Per matrix (index into `ALL_MATRICES`): whether `layer` currently holds this slot's own
+    /// buffers for it.
+    in_place: [bool; 7],
+    /// Own buffers not in use by the current fill.
+    parked: [Vec<Linear>; 7],
+}
+
+impl Slot {
+    fn new(template: &LayerWeights) -> Self {
+        Slot { layer: template.clone(), in_place: [false; 7], parked: Default::default() }
+    }
+
+    /// Makes `layer` layer `src`'s weights with the matrices in `which` copied into own buffers.
+    /// Returns (bytes copied, buffers allocated).
+    fn fill(&mut self, src: &LayerWeights, which: &[LayerMatrix]) -> Result<(u64, usize)> {
+        let (mut bytes, mut allocs) = (0u64, 0usize);
+        for (mi, &m) in ALL_MATRICES.iter().enumerate() {
+            let srcs = linears(src, m);
+            let streamed = which.contains(&m);
+            if streamed && !self.in_place[mi] {
+                // Bring the own buffers in (allocated once, the first time this matrix streams).
+                let mut dsts = linears_mut(&mut self.layer, m);
+                if dsts.len() != srcs.len() {
+                    return Err(mismatch("experts"));
+                }
+                let mut parked = std::mem::take(&mut self.parked[mi]).into_iter();
+                for (d, s) in dsts.iter_mut().zip(&srcs) {
+                    let own = match parked.next() {
+                        Some(p) => p,
+                        None => {
+                            allocs += 1;
+                            s.staged_copy()
+                        }
+                    };
+                    **d = own;
+                }
+                self.in_place[mi] = true;
+            } else if !streamed && self.in_place[mi] {
+                // Park the own buffers and share the resident weights.
+                let dsts = linears_mut(&mut self.layer, m);
+                self.parked[mi] = dsts.into_iter().zip(&srcs).map(|(d, s)| std::mem::replace(d, (*s).clone())).collect();
+                self.in_place[mi] = false;
+                continue;
+            }
+            let dsts = linears_mut(&mut self.layer, m);
+            for (d, s) in dsts.into_iter().zip(&srcs) {
+                if streamed {
+                    match d.copy_storage_from(s) {
+                        Some(b) => bytes += b as u64,
+                        None => {
+                            // A layer of another shape or format: a new own buffer (allocated).
+                            *d = s.staged_copy();
+                            allocs += 1;
+                            bytes += d.bytes() as u64;
+                        }
+                    }
+                } else {
+                    share(d, s);
+                }
+            }
+        }
+        let l = &mut self.layer;
+        l.attn_norm.clone_from(&src.attn_norm);
+        l.ffn_norm.clone_from(&src.ffn_norm);
+        opt_clone_from(&mut l.bq, &src.bq);
+        opt_clone_from(&mut l.bk, &src.bk);
+        opt_clone_from(&mut l.bv, &src.bv);
+        opt_clone_from(&mut l.q_norm, &src.q_norm);
+        opt_clone_from(&mut l.k_norm, &src.k_norm);
+        if let (FeedForward::Moe { router: d, .. }, FeedForward::Moe { router: s, .. }) = (&mut l.ffn, &src.ffn) {
+            share(d, s);
+        }
+        Ok((bytes, allocs))
+    }
+
+    /// Bytes of the own buffers this slot holds.
+    fn own_bytes(&self) -> u64 {
+        let mut b = 0u64;
+        for (mi, &m) in ALL_MATRICES.iter().enumerate() {
+            if self.in_place[mi] {
+                b += linears(&self.layer, m).iter().map(|l| l.bytes() as u64).sum::<u64>();
+            }
+            b += self.parked[mi].iter().map(|l| l.bytes() as u64).sum::<u64>();
+        }
+        b
+    }
+}
+
+fn mismatch(what: &str) -> EngineError {
+    EngineError::Backend { backend: "vnpu".into(), reason: format!("staging slot does not match the layer ({what})") }
+}
+
+/// The fixed staging buffers of one backend: [`SLOTS`] layer slots and one head slot, made once
+/// and reused by every streamed forward.
+pub struct StagingPool {
+    slots: Vec<Box<Slot>>,
+    head: Option<Box<Linear>>,
+    /// Buffers allocated over the pool's life (one-time growth).
+    allocations: usize,
+}
+
+impl std::fmt::Debug for StagingPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagingPool").field("bytes", &self.bytes()).field("allocations", &self.allocations).finish()
+    }
+}
+
+impl StagingPool {
+    /// A pool for `weights` (slot templates share layer 0's storage until their first fill).
+    pub fn new(weights: &ModelWeights) -> Result<Self> {
+        let template = weights.layers.first().ok_or_else(|| mismatch("no layers"))?;
+        Ok(StagingPool { slots: (0..SLOTS).map(|_| Box::new(Slot::new(template))).collect(), head: None, allocations: 0 })
+    }
+    /// Bytes of the staging buffers the pool owns (the NPU-visible staging space it stands for).
+    pub fn bytes(&self) -> u64 {
+        self.slots.iter().map(|s| s.own_bytes()).sum::<u64>() + self.head.as_ref().map_or(0, |h| h.bytes() as u64)
+    }
+    /// Buffers allocated so far (grows only the first time a matrix streams).
+    pub fn allocations(&self) -> usize {
+        self.allocations
+    }
+}
+
 /// What a streamed forward moved and how much of the copying hid behind compute (measured).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct StreamReport {
@@ -95,8 +285,13 @@ pub struct StreamReport {
     pub overlap_s: f64,
     /// Wall seconds of the forward.
     pub wall_s: f64,
-    /// Most slots ever filled or in use at once (never above [`SLOTS`]).
+    /// Most layer slots ever filled or in use at once (never above [`SLOTS`]).
     pub max_slots_in_use: usize,
+    /// Staging buffers allocated during this forward (0 in steady state: slots are refilled in
+    /// place).
+    pub allocations: usize,
+    /// Bytes of the pool's staging buffers after the forward.
+    pub pool_bytes: u64,
 }
 
 impl StreamReport {
@@ -116,89 +311,155 @@ enum StageItem {
     Head,
 }
 
-enum Staged {
-    /// Layer index, its weights with the streamed matrices copied, bytes copied.
-    Layer(usize, Box<LayerWeights>, u64),
-    Head(Box<Linear>),
+enum Filled {
+    /// Layer index, the slot holding it, bytes copied, buffers allocated.
+    Layer(usize, Box<Slot>, u64, usize, WallSpan),
+    /// The head slot, bytes copied, buffers allocated.
+    Head(Box<Linear>, u64, usize, WallSpan),
 }
 
-struct Filled {
-    staged: Staged,
-    span: WallSpan,
-}
-
-/// Runs `model`'s forward with the weights of `plan` streamed through the double buffer.
+/// Runs `model`'s forward with the weights of `plan` streamed through `pool`'s slots.
 pub fn forward_streamed(
     model: &Transformer,
     req: &ForwardRequest,
     cache: Option<&mut KvCache>,
     plan: &StreamPlan,
+    pool: &mut StagingPool,
 ) -> Result<(ForwardOutput, StreamReport)> {
     let t0 = Instant::now();
     let items = plan.items();
-    let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(SLOTS);
-    let (ready_tx, ready_rx) = mpsc::sync_channel::<Filled>(SLOTS);
-    for _ in 0..SLOTS {
-        credit_tx.send(()).map_err(|_| lost())?;
+    let (free_tx, free_rx) = mpsc::sync_channel::<Box<Slot>>(SLOTS);
+    // Room for every slot and the head: the stager never blocks on a forward that stopped early.
+    let (ready_tx, ready_rx) = mpsc::sync_channel::<Filled>(SLOTS + 1);
+    for slot in pool.slots.drain(..) {
+        free_tx.send(slot).map_err(|_| lost())?;
     }
+    let head_buf = pool.head.take();
     let in_use = std::sync::atomic::AtomicUsize::new(0);
     let max_in_use = std::sync::atomic::AtomicUsize::new(0);
     let weights = &model.weights;
-    std::thread::scope(|s| {
+    let result = std::thread::scope(|s| {
         let in_use = &in_use;
         let max_in_use = &max_in_use;
         let stager = std::thread::Builder::new()
             .name("vnpu-weight-staging".into())
-            .spawn_scoped(s, move || {
+            .spawn_scoped(s, move || -> StagerEnd {
                 use std::sync::atomic::Ordering::SeqCst;
+                let mut head_buf = head_buf;
+                let mut kept: Vec<Box<Slot>> = Vec::new();
                 for item in items {
-                    // Wait for a free slot: at most SLOTS staged copies exist at once.
-                    if credit_rx.recv().is_err() {
-                        return;
-                    }
-                    let now = in_use.fetch_add(1, SeqCst) + 1;
-                    max_in_use.fetch_max(now, SeqCst);
-                    let start = t0.elapsed().as_secs_f64();
-                    let staged = match item {
-                        StageItem::Layer(l, mats) => match weights.layers.get(l) {
-                            Some(layer) => {
-                                let (copy, bytes) = layer.staged_copy(&mats);
-                                Staged::Layer(l, Box::new(copy), bytes)
+                    match item {
+                        StageItem::Layer(l, mats) => {
+                            // Wait for a free slot: at most SLOTS filled or in use at once.
+                            let Ok(mut slot) = free_rx.recv() else { return StagerEnd { kept, head_buf, err: None, free_rx } };
+                            let now = in_use.fetch_add(1, SeqCst) + 1;
+                            max_in_use.fetch_max(now, SeqCst);
+                            let start = t0.elapsed().as_secs_f64();
+                            let Some(layer) = weights.layers.get(l) else {
+                                kept.push(slot);
+                                return StagerEnd { kept, head_buf, err: Some(mismatch("layer index")), free_rx };
+                            };
+                            let (bytes, allocs) = match slot.fill(layer, &mats) {
+                                Ok(x) => x,
+                                Err(e) => {
+                                    kept.push(slot);
+                                    return StagerEnd { kept, head_buf, err: Some(e), free_rx };
+                                }
+                            };
+                            let span = WallSpan { start, end: t0.elapsed().as_secs_f64() };
+                            if let Err(mpsc::SendError(f)) = ready_tx.send(Filled::Layer(l, slot, bytes, allocs, span)) {
+                                if let Filled::Layer(_, slot, ..) = f {
+                                    kept.push(slot);
+                                }
+                                return StagerEnd { kept, head_buf, err: None, free_rx };
                             }
-                            None => return,
-                        },
-                        StageItem::Head => Staged::Head(Box::new(weights.lm_head.staged_copy())),
-                    };
-                    let span = WallSpan { start, end: t0.elapsed().as_secs_f64() };
-                    if ready_tx.send(Filled { staged, span }).is_err() {
-                        return;
+                        }
+                        StageItem::Head => {
+                            let start = t0.elapsed().as_secs_f64();
+                            let src = &weights.lm_head;
+                            let (buf, bytes, allocs) = match head_buf.take() {
+                                Some(mut b) => match b.copy_storage_from(src) {
+                                    Some(n) => (b, n as u64, 0),
+                                    None => (Box::new(src.staged_copy()), src.bytes() as u64, 1),
+                                },
+                                None => (Box::new(src.staged_copy()), src.bytes() as u64, 1),
+                            };
+                            let span = WallSpan { start, end: t0.elapsed().as_secs_f64() };
+                            if let Err(mpsc::SendError(Filled::Head(b, ..))) =
+                                ready_tx.send(Filled::Head(buf, bytes, allocs, span))
+                            {
+                                head_buf = Some(b);
+                                return StagerEnd { kept, head_buf, err: None, free_rx };
+                            }
+                        }
                     }
                 }
+                StagerEnd { kept, head_buf, err: None, free_rx }
             })
             .map_err(|e| EngineError::Backend { backend: "vnpu".into(), reason: format!("staging thread: {e}") })?;
         let mut source = StreamedLayers {
             weights,
             plan,
             ready: ready_rx,
-            credits: credit_tx,
+            free: Some(free_tx),
             in_use,
             t0,
             report: StreamReport::default(),
+            head: None,
         };
         let out = model.forward_with(req, cache, &mut source);
-        // Unblock the stager if the forward stopped early (an error), then wait for it.
-        let StreamedLayers { ready, credits, mut report, .. } = source;
-        drop(ready);
-        drop(credits);
-        stager.join().map_err(|_| lost())?;
-        let out = out?;
-        report.wall_s = t0.elapsed().as_secs_f64();
-        report.copy_s = report.copy_spans.iter().map(|(_, s)| s.end - s.start).sum();
-        report.compute_s = report.compute_spans.iter().map(|(_, s)| s.end - s.start).sum();
-        report.overlap_s = overlap(&report.copy_spans, &report.compute_spans);
-        report.max_slots_in_use = max_in_use.load(std::sync::atomic::Ordering::SeqCst);
-        Ok((out, report))
-    })
+        let StreamedLayers { ready, free, mut report, head, .. } = source;
+        // Close the free queue so the stager stops waiting, take back every slot in flight.
+        drop(free);
+        let mut back: Vec<Box<Slot>> = Vec::new();
+        let mut head_back = head;
+        let StagerEnd { kept, head_buf: stager_head, err, free_rx } = stager.join().map_err(|_| lost())?;
+        // Slots the compute side handed back after the stager finished wait in the free queue.
+        while let Ok(slot) = free_rx.try_recv() {
+            back.push(slot);
+        }
+        while let Ok(f) = ready.try_recv() {
+            match f {
+                Filled::Layer(_, slot, ..) => back.push(slot),
+                Filled::Head(b, ..) => head_back = Some(b),
+            }
+        }
+        back.extend(kept);
+        Ok::<_, EngineError>((out, report_take(&mut report), back, head_back.or(stager_head), err))
+    });
+    let (out, mut report, back, head_back, err) = result?;
+    pool.slots.extend(back);
+    pool.head = head_back;
+    if pool.slots.len() != SLOTS {
+        return Err(EngineError::Backend {
+            backend: "vnpu".into(),
+            reason: format!("staging pool lost slots ({} of {SLOTS} returned)", pool.slots.len()),
+        });
+    }
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let out = out?;
+    pool.allocations += report.allocations;
+    report.pool_bytes = pool.bytes();
+    report.wall_s = t0.elapsed().as_secs_f64();
+    report.copy_s = report.copy_spans.iter().map(|(_, s)| s.end - s.start).sum();
+    report.compute_s = report.compute_spans.iter().map(|(_, s)| s.end - s.start).sum();
+    report.overlap_s = overlap(&report.copy_spans, &report.compute_spans);
+    report.max_slots_in_use = max_in_use.load(std::sync::atomic::Ordering::SeqCst);
+    Ok((out, report))
+}
+
+/// What the staging thread hands back when it stops.
+struct StagerEnd {
+    kept: Vec<Box<Slot>>,
+    head_buf: Option<Box<Linear>>,
+    err: Option<EngineError>,
+    free_rx: mpsc::Receiver<Box<Slot>>,
+}
+
+fn report_take(r: &mut StreamReport) -> StreamReport {
+    std::mem::take(r)
 }
 
 fn lost() -> EngineError {
@@ -207,37 +468,29 @@ fn lost() -> EngineError {
 
 /// The compute side: resident layers in place, streamed ones from the slots in order.
 struct StreamedLayers<'a> {
-    weights: &'a crate::model::weights::ModelWeights,
+    weights: &'a ModelWeights,
     plan: &'a StreamPlan,
     ready: mpsc::Receiver<Filled>,
-    credits: mpsc::SyncSender<()>,
+    free: Option<mpsc::SyncSender<Box<Slot>>>,
     in_use: &'a std::sync::atomic::AtomicUsize,
     t0: Instant,
     report: StreamReport,
+    /// The head slot after its use (returned to the pool).
+    head: Option<Box<Linear>>,
 }
 
 impl StreamedLayers<'_> {
-    fn next_filled(&mut self) -> Result<Filled> {
-        let f = self.ready.recv().map_err(|_| lost())?;
-        self.report.remaps += 1;
-        let l = match &f.staged {
-            Staged::Layer(l, ..) => *l,
-            Staged::Head(_) => self.weights.layers.len(),
-        };
-        self.report.copy_spans.push((l, f.span));
-        Ok(f)
-    }
-    fn release(&mut self, bytes: u64) {
-        self.report.bytes += bytes;
-        self.in_use.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        // The stager may have finished (no more items): a closed channel is fine here.
-        let _ = self.credits.try_send(());
-    }
     fn timed(&mut self, idx: usize, f: impl FnOnce() -> Result<f64>) -> Result<f64> {
         let start = self.t0.elapsed().as_secs_f64();
         let r = f();
         self.report.compute_spans.push((idx, WallSpan { start, end: self.t0.elapsed().as_secs_f64() }));
         r
+    }
+    fn note_fill(&mut self, idx: usize, bytes: u64, allocs: usize, span: WallSpan) {
+        self.report.remaps += 1;
+        self.report.bytes += bytes;
+        self.report.allocations += allocs;
+        self.report.copy_spans.push((idx, span));
     }
 }
 
@@ -248,22 +501,28 @@ impl LayerSource for StreamedLayers<'_> {
         if self.plan.layers.get(li).is_none_or(Vec::is_empty) {
             return self.timed(li, || f(resident));
         }
-        let filled = self.next_filled()?;
-        let Staged::Layer(l, layer, bytes) = filled.staged else {
-            return Err(EngineError::Backend {
-                backend: "vnpu".into(),
-                reason: format!("staged head arrived for layer {li}"),
-            });
+        let filled = self.ready.recv().map_err(|_| lost())?;
+        let (l, slot, bytes, allocs, span) = match filled {
+            Filled::Layer(l, slot, bytes, allocs, span) => (l, slot, bytes, allocs, span),
+            Filled::Head(b, ..) => {
+                self.head = Some(b);
+                return Err(EngineError::Backend {
+                    backend: "vnpu".into(),
+                    reason: format!("staged head arrived for layer {li}"),
+                });
+            }
         };
+        self.note_fill(l, bytes, allocs, span);
         if l != li {
-            return Err(EngineError::Backend {
-                backend: "vnpu".into(),
-                reason: format!("staged layer {l} arrived for {li}"),
-            });
+            let _ = self.free.as_ref().map(|tx| tx.send(slot));
+            return Err(EngineError::Backend { backend: "vnpu".into(), reason: format!("staged layer {l} arrived for {li}") });
         }
-        let r = self.timed(li, || f(&layer));
-        drop(layer);
-        self.release(bytes);
+        let r = self.timed(li, || f(&slot.layer));
+        self.in_use.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        // The slot is free again: hand it back for layer li + 2.
+        if let Some(tx) = &self.free {
+            tx.send(slot).map_err(|_| lost())?;
+        }
         r
     }
     fn with_head(&mut self, f: &mut dyn FnMut(&Linear) -> Result<f64>) -> Result<f64> {
@@ -271,17 +530,16 @@ impl LayerSource for StreamedLayers<'_> {
         if !self.plan.head {
             return self.timed(idx, || f(&self.weights.lm_head));
         }
-        let filled = self.next_filled()?;
-        let Staged::Head(head) = filled.staged else {
-            return Err(EngineError::Backend {
-                backend: "vnpu".into(),
-                reason: "staged layer arrived for the head".into(),
-            });
+        let filled = self.ready.recv().map_err(|_| lost())?;
+        let Filled::Head(head, bytes, allocs, span) = filled else {
+            if let (Filled::Layer(_, slot, ..), Some(tx)) = (filled, &self.free) {
+                let _ = tx.send(slot);
+            }
+            return Err(EngineError::Backend { backend: "vnpu".into(), reason: "staged layer arrived for the head".into() });
         };
-        let bytes = head.bytes() as u64;
+        self.note_fill(idx, bytes, allocs, span);
         let r = self.timed(idx, || f(&head));
-        drop(head);
-        self.release(bytes);
+        self.head = Some(head);
         r
     }
 }

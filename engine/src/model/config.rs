@@ -68,14 +68,8 @@ impl Architecture {
     }
 }
 
-/// How rotary embeddings pair up the dimensions of a head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum RopeStyle {
-    /// HF / NeoX convention: dimension i pairs with i + rotary_dim/2.
-    RotateHalf,
-    /// Original Llama / llama.cpp "NORM": adjacent dimensions (2i, 2i+1) pair up.
-    Interleaved,
-}
+/// How rotary embeddings pair up the dimensions of a head (defined with the RoPE kernel).
+pub use crate::kernels::rope::RopeStyle;
 
 /// Mixture-of-experts settings.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -64,8 +64,9 @@ impl KvCache {
             kv_dim,
             capacity,
             layout,
-            k: (0..cfg.n_layers).map(|_| vec![0.0; len]).collect(),
-            v: (0..cfg.n_layers).map(|_| vec![0.0; len]).collect(),
+            // Written through (not calloc'd zero pages), so decoding takes no page faults on them.
+            k: (0..cfg.n_layers).map(|_| prefaulted(len)).collect(),
+            v: (0..cfg.n_layers).map(|_| prefaulted(len)).collect(),
             valid: vec![false; capacity],
         }
     }
@@ -173,12 +174,24 @@ impl KvCache {
             v_out.extend_from_slice(&self.v[layer][s.offset..s.offset + s.len]);
         }
     }
+    /// Copies the K and V rows of `layer` at `pos` into `k_out` / `v_out` (`kv_dim` each; the
+    /// forward's gather into its reused context buffers).
+    pub fn copy_rows(&self, layer: usize, pos: usize, k_out: &mut [f32], v_out: &mut [f32]) {
+        for s in self.segments(pos) {
+            k_out[s.col..s.col + s.len].copy_from_slice(&self.k[layer][s.offset..s.offset + s.len]);
+            v_out[s.col..s.col + s.len].copy_from_slice(&self.v[layer][s.offset..s.offset + s.len]);
+        }
+    }
     /// Stores K/V rows of `layer` at `pos` (does not change validity; see [`KvCache::mark_valid`]).
     pub fn write(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let segs: Vec<RowSegment> = self.segments(pos).collect();
-        for s in segs {
-            self.k[layer][s.offset..s.offset + s.len].copy_from_slice(&k[s.col..s.col + s.len]);
-            self.v[layer][s.offset..s.offset + s.len].copy_from_slice(&v[s.col..s.col + s.len]);
+        let d = self.kv_dim;
+        let step = if self.layout == KvLayout::Tiled { KV_TILE } else { d.max(1) };
+        let mut col = 0;
+        while col < d {
+            let (off, len) = (self.offset(pos, col), step.min(d - col));
+            self.k[layer][off..off + len].copy_from_slice(&k[col..col + len]);
+            self.v[layer][off..off + len].copy_from_slice(&v[col..col + len]);
+            col += step;
         }
     }
     /// The raw K buffer of `layer` (layout-dependent), for kernels written for the layout.
@@ -205,6 +218,15 @@ impl KvCache {
     pub fn bytes(&self) -> usize {
         2 * self.n_layers * layer_len(self.layout, self.capacity, self.kv_dim) * 4
     }
+}
+
+/// `len` zeros, every page written now.
+fn prefaulted(len: usize) -> Vec<f32> {
+    let mut v = Vec::with_capacity(len);
+    // black_box: a constant zero fill right after the allocation may be folded into a lazily
+    // zeroed (calloc) allocation, which is exactly what this avoids.
+    v.resize(len, std::hint::black_box(0.0));
+    v
 }
 
 fn layer_len(layout: KvLayout, capacity: usize, kv_dim: usize) -> usize {

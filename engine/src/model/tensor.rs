@@ -141,6 +141,21 @@ impl TensorBytes {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Overwrites the bytes in place with `src` when this view is a whole owned buffer nothing
+    /// else shares (a staging slot of the memory runtime); false otherwise or when lengths differ.
+    pub fn copy_in_place(&mut self, src: &[u8]) -> bool {
+        let (start, len) = (self.start, self.len);
+        match &mut self.backing {
+            Backing::Owned(v) if len == src.len() => match Arc::get_mut(v) {
+                Some(buf) => {
+                    buf[start..start + len].copy_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 /// One tensor of a checkpoint, with its shape in row-major order (outermost dimension first).

@@ -2,17 +2,25 @@
 //!
 //! One data flow, buffers named after the math: `x` (residual stream), `xn` (normed), `q`/`k`/`v`,
 //! `att` (attention output), `gate`/`up` (FFN), `logits`.
+//!
+//! No allocation on the hot path (llama2.c style): every intermediate lives in a [`Scratch`] the
+//! model keeps, grown to the largest window seen (or reserved up front by
+//! [`Transformer::new_cache`] for the cache's capacity) and written through once when it grows,
+//! so its pages are faulted in before decoding starts. Only the returned logits are fresh.
+//! A forward that finds the scratch busy (the same model running on another thread) uses a
+//! private one.
 
-use std::collections::HashSet;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
 use crate::kernels::activation::{softmax_inplace, swiglu_inplace};
-use crate::kernels::attention::{attention, HeadShape};
+use crate::kernels::attention::{attention_with, AttnArgs, HeadShape};
 use crate::kernels::linear::Linear;
-use crate::kernels::norm::rmsnorm_rows_inplace;
+use crate::kernels::norm::{add_inplace, rmsnorm_rows_inplace};
 use crate::kernels::rope::RopeTable;
+use crate::kernels::simd::Simd;
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
@@ -81,24 +89,104 @@ impl LayerSource for ResidentLayers<'_> {
     }
 }
 
+/// Every intermediate buffer of a forward, reused across forwards (grown, never shrunk).
+#[derive(Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    kctx: Vec<f32>,
+    vctx: Vec<f32>,
+    kt: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    head_in: Vec<f32>,
+    cached: Vec<usize>,
+    k_pos: Vec<usize>,
+    in_block: Vec<bool>,
+    /// Tokens and context the buffers are sized for.
+    rows: usize,
+    ctx: usize,
+}
+
+impl std::fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scratch {{ rows: {}, ctx: {} }}", self.rows, self.ctx)
+    }
+}
+
+/// Grows `v` to `n` elements, writing every new one (so its pages are faulted in now).
+fn grow<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.reserve_exact(n - v.len());
+        // black_box keeps the fill from being folded into a lazily zeroed allocation.
+        v.resize(n, std::hint::black_box(T::default()));
+    }
+}
+
+impl Scratch {
+    /// Sizes every buffer for forwards of up to `rows` tokens over up to `ctx` positions.
+    pub fn reserve(&mut self, c: &ModelConfig, rows: usize, ctx: usize) {
+        if rows <= self.rows && ctx <= self.ctx {
+            return;
+        }
+        let rows = rows.max(self.rows);
+        let ctx = ctx.max(self.ctx).max(rows);
+        let (h, qd, kvd) = (c.hidden, c.q_dim(), c.kv_dim());
+        let ffn = c.ffn.max(c.moe.as_ref().map_or(0, |m| m.expert_ffn));
+        grow(&mut self.x, rows * h);
+        grow(&mut self.xn, rows * h);
+        grow(&mut self.q, rows * qd);
+        grow(&mut self.k, rows * kvd);
+        grow(&mut self.v, rows * kvd);
+        grow(&mut self.kctx, ctx * kvd);
+        grow(&mut self.vctx, ctx * kvd);
+        // Transposed K, padded to whole key tiles (64 keys at most).
+        grow(&mut self.kt, (ctx + 64) * kvd);
+        grow(&mut self.att, rows * qd);
+        grow(&mut self.o, rows * h);
+        grow(&mut self.gate, rows * ffn);
+        grow(&mut self.up, rows * ffn);
+        grow(&mut self.head_in, rows * h);
+        self.cached.reserve(ctx);
+        self.k_pos.reserve(ctx);
+        self.rows = rows;
+        self.ctx = ctx;
+    }
+}
+
 /// A loaded model ready to run.
 #[derive(Debug)]
 pub struct Transformer {
     pub config: ModelConfig,
     pub weights: ModelWeights,
     rope: RopeTable,
+    scratch: Mutex<Scratch>,
 }
 
 impl Transformer {
     /// Builds the runtime tables for `weights`.
     pub fn new(config: ModelConfig, weights: ModelWeights) -> Self {
         let rope = RopeTable::new(config.rope_style, config.rotary_dim, config.rope_theta, config.max_seq);
-        Transformer { config, weights, rope }
+        Transformer { config, weights, rope, scratch: Mutex::new(Scratch::default()) }
     }
 
-    /// A KV cache sized for `capacity` positions.
+    /// A KV cache sized for `capacity` positions; also sizes the forward's scratch for windows
+    /// of up to `capacity` tokens, so decoding with this cache allocates nothing more.
     pub fn new_cache(&self, capacity: usize) -> KvCache {
+        self.reserve_scratch(capacity, capacity);
         KvCache::new(&self.config, capacity)
+    }
+
+    /// Sizes the reused scratch for forwards of up to `rows` tokens over `ctx` positions.
+    pub fn reserve_scratch(&self, rows: usize, ctx: usize) {
+        if let Ok(mut s) = self.scratch.try_lock() {
+            s.reserve(&self.config, rows, ctx);
+        }
     }
 
     fn check(&self, req: &ForwardRequest, cache: Option<&KvCache>) -> Result<()> {
@@ -148,26 +236,37 @@ impl Transformer {
         if n == 0 {
             return Ok(ForwardOutput { vocab: c.vocab, ..Default::default() });
         }
-        // Cached positions the block attends to: valid slots not overridden by the block itself.
-        let block_pos: HashSet<usize> = req.positions.iter().copied().collect();
-        let cached: Vec<usize> = match (&cache, req.kv) {
-            (Some(kc), KvMode::Read | KvMode::ReadWrite) => {
-                kc.valid_positions().into_iter().filter(|p| !block_pos.contains(p)).collect()
-            }
-            _ => Vec::new(),
+        let mut private = None;
+        let mut guard = self.scratch.try_lock().ok();
+        let sc: &mut Scratch = match guard.as_deref_mut() {
+            Some(s) => s,
+            None => private.insert(Scratch::default()),
         };
-        let ctx_len = cached.len() + n;
-        let mut k_pos = cached.clone();
-        k_pos.extend_from_slice(req.positions);
+        // Cached positions the block attends to: valid slots not overridden by the block itself.
+        sc.cached.clear();
+        if let (Some(kc), KvMode::Read | KvMode::ReadWrite) = (&cache, req.kv) {
+            sc.in_block.clear();
+            sc.in_block.resize(kc.capacity(), false);
+            for &p in req.positions {
+                if p < sc.in_block.len() {
+                    sc.in_block[p] = true;
+                }
+            }
+            sc.cached.extend((0..kc.capacity()).filter(|&p| kc.is_valid(p) && !sc.in_block[p]));
+        }
+        let ctx_len = sc.cached.len() + n;
+        sc.reserve(c, n, ctx_len);
+        sc.k_pos.clear();
+        sc.k_pos.extend_from_slice(&sc.cached);
+        sc.k_pos.extend_from_slice(req.positions);
 
-        let mut x = vec![0.0f32; n * h];
-        for (row, &t) in x.chunks_exact_mut(h).zip(req.tokens) {
+        for (row, &t) in sc.x[..n * h].chunks_exact_mut(h).zip(req.tokens) {
             self.weights.embedding.row_into(t as usize, row);
         }
         let mut flops = 0.0f64;
         for li in 0..self.weights.layers.len() {
             flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
-                self.layer_forward(li, layer, &mut x, req, &cached, &k_pos, cache.as_deref_mut())
+                self.layer_forward(li, layer, sc, req, cache.as_deref_mut())
             })?;
         }
         if req.kv == KvMode::ReadWrite {
@@ -177,15 +276,15 @@ impl Transformer {
         }
         // LM head only for the requested rows (logit skipping).
         let m = req.logits_rows.len();
-        let mut xn = vec![0.0f32; m * h];
+        let xn = &mut sc.head_in[..m * h];
         for (dst, &r) in xn.chunks_exact_mut(h).zip(req.logits_rows) {
-            dst.copy_from_slice(&x[r * h..(r + 1) * h]);
+            dst.copy_from_slice(&sc.x[r * h..(r + 1) * h]);
         }
-        rmsnorm_rows_inplace(&mut xn, &self.weights.final_norm, c.rms_eps);
+        rmsnorm_rows_inplace(xn, &self.weights.final_norm, c.rms_eps);
         let mut logits = vec![0.0f32; m * c.vocab];
         if m > 0 {
             layers.with_head(&mut |head: &Linear| {
-                head.forward(&xn, m, &mut logits);
+                head.forward(xn, m, &mut logits);
                 Ok(0.0)
             })?;
         }
@@ -197,53 +296,52 @@ impl Transformer {
         &self,
         li: usize,
         w: &LayerWeights,
-        x: &mut [f32],
+        sc: &mut Scratch,
         req: &ForwardRequest,
-        cached: &[usize],
-        k_pos: &[usize],
         cache: Option<&mut KvCache>,
     ) -> Result<f64> {
         let c = &self.config;
         let (n, h, hd) = (req.tokens.len(), c.hidden, c.head_dim);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let mut flops = 0.0f64;
+        let ctx = sc.cached.len() + n;
+        let x = &mut sc.x[..n * h];
 
         // --- attention ---
-        let mut xn = x.to_vec();
-        rmsnorm_rows_inplace(&mut xn, &w.attn_norm, c.rms_eps);
-        let mut q = vec![0.0f32; n * qd];
-        let mut k = vec![0.0f32; n * kvd];
-        let mut v = vec![0.0f32; n * kvd];
-        w.wq.forward(&xn, n, &mut q);
-        w.wk.forward(&xn, n, &mut k);
-        w.wv.forward(&xn, n, &mut v);
+        let xn = &mut sc.xn[..n * h];
+        xn.copy_from_slice(x);
+        rmsnorm_rows_inplace(xn, &w.attn_norm, c.rms_eps);
+        let (q, k, v) = (&mut sc.q[..n * qd], &mut sc.k[..n * kvd], &mut sc.v[..n * kvd]);
+        w.wq.forward(xn, n, q);
+        w.wk.forward(xn, n, k);
+        w.wv.forward(xn, n, v);
         flops += 2.0 * (n * h * (qd + 2 * kvd)) as f64;
-        add_bias(&mut q, w.bq.as_deref());
-        add_bias(&mut k, w.bk.as_deref());
-        add_bias(&mut v, w.bv.as_deref());
+        add_bias(q, w.bq.as_deref());
+        add_bias(k, w.bk.as_deref());
+        add_bias(v, w.bv.as_deref());
         if let Some(qn) = &w.q_norm {
-            rmsnorm_rows_inplace(&mut q, qn, c.rms_eps);
+            rmsnorm_rows_inplace(q, qn, c.rms_eps);
         }
         if let Some(kn) = &w.k_norm {
-            rmsnorm_rows_inplace(&mut k, kn, c.rms_eps);
+            rmsnorm_rows_inplace(k, kn, c.rms_eps);
         }
-        self.rope.apply_rows(&mut q, req.positions, c.n_heads, hd);
-        self.rope.apply_rows(&mut k, req.positions, c.n_kv_heads, hd);
+        self.rope.apply_rows(q, req.positions, c.n_heads, hd);
+        self.rope.apply_rows(k, req.positions, c.n_kv_heads, hd);
 
-        // Context = cached rows, then the block's fresh rows.
-        let ctx = cached.len() + n;
-        let mut kctx = Vec::with_capacity(ctx * kvd);
-        let mut vctx = Vec::with_capacity(ctx * kvd);
+        // Context = cached rows, then the block's fresh rows (gathered into reused buffers).
+        let (kctx, vctx) = (&mut sc.kctx[..ctx * kvd], &mut sc.vctx[..ctx * kvd]);
         if let Some(kc) = cache.as_deref() {
-            for &p in cached {
-                kc.append_rows(li, p, &mut kctx, &mut vctx);
+            for (i, &p) in sc.cached.iter().enumerate() {
+                kc.copy_rows(li, p, &mut kctx[i * kvd..(i + 1) * kvd], &mut vctx[i * kvd..(i + 1) * kvd]);
             }
         }
-        kctx.extend_from_slice(&k);
-        vctx.extend_from_slice(&v);
-        let mut att = vec![0.0f32; n * qd];
+        let nc = sc.cached.len();
+        kctx[nc * kvd..].copy_from_slice(k);
+        vctx[nc * kvd..].copy_from_slice(v);
+        let att = &mut sc.att[..n * qd];
         let shape = HeadShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd };
-        attention(&mut att, &q, req.positions, &kctx, &vctx, k_pos, shape, c.causal);
+        let args = AttnArgs { q, q_pos: req.positions, k: kctx, v: vctx, k_pos: &sc.k_pos, shape, causal: c.causal };
+        attention_with(Simd::detect(), att, args, &mut sc.kt);
         flops += 4.0 * (n * ctx * qd) as f64;
         if req.kv == KvMode::ReadWrite {
             if let Some(kc) = cache {
@@ -252,19 +350,22 @@ impl Transformer {
                 }
             }
         }
-        let mut o = vec![0.0f32; n * h];
-        w.wo.forward(&att, n, &mut o);
+        let o = &mut sc.o[..n * h];
+        w.wo.forward(att, n, o);
         flops += 2.0 * (n * qd * h) as f64;
-        for (xi, oi) in x.iter_mut().zip(&o) {
-            *xi += oi;
-        }
+        add_inplace(x, o);
 
         // --- feed-forward ---
-        let mut xn = x.to_vec();
-        rmsnorm_rows_inplace(&mut xn, &w.ffn_norm, c.rms_eps);
+        let xn = &mut sc.xn[..n * h];
+        xn.copy_from_slice(x);
+        rmsnorm_rows_inplace(xn, &w.ffn_norm, c.rms_eps);
+        let xn = &sc.xn[..n * h];
         match &w.ffn {
             FeedForward::Dense { gate, up, down } => {
-                flops += swiglu_mlp(gate, up, down, &xn, n, x);
+                let f = gate.n_out;
+                let (g, u, y) = (&mut sc.gate[..n * f], &mut sc.up[..n * f], &mut sc.o[..n * h]);
+                flops += swiglu_mlp(gate, up, down, xn, n, g, u, y);
+                add_inplace(x, y);
             }
             FeedForward::Moe { router, experts } => {
                 let Some(moe) = &c.moe else {
@@ -296,9 +397,10 @@ impl Transformer {
                         for (dst, &(t, _)) in xin.chunks_exact_mut(h).zip(r) {
                             dst.copy_from_slice(&xn[t * h..(t + 1) * h]);
                         }
-                        let mut y = vec![0.0f32; m * h];
                         let ex = &experts[ei];
-                        let f = swiglu_mlp(&ex.gate, &ex.up, &ex.down, &xin, m, &mut y);
+                        let ff = ex.gate.n_out;
+                        let (mut g, mut u, mut y) = (vec![0.0f32; m * ff], vec![0.0f32; m * ff], vec![0.0f32; m * h]);
+                        let f = swiglu_mlp(&ex.gate, &ex.up, &ex.down, &xin, m, &mut g, &mut u, &mut y);
                         (ei, y, f)
                     })
                     .collect();
@@ -316,19 +418,23 @@ impl Transformer {
     }
 }
 
-/// `acc += down(silu(gate(x)) * up(x))` over `m` rows; returns FLOPs.
-fn swiglu_mlp(gate: &Linear, up: &Linear, down: &Linear, x: &[f32], m: usize, acc: &mut [f32]) -> f64 {
+/// `y = down(silu(gate(x)) * up(x))` over `m` rows into the given buffers; returns FLOPs.
+#[allow(clippy::too_many_arguments)]
+fn swiglu_mlp(
+    gate: &Linear,
+    up: &Linear,
+    down: &Linear,
+    x: &[f32],
+    m: usize,
+    g: &mut [f32],
+    u: &mut [f32],
+    y: &mut [f32],
+) -> f64 {
     let (f, h) = (gate.n_out, gate.k_in);
-    let mut g = vec![0.0f32; m * f];
-    let mut u = vec![0.0f32; m * f];
-    gate.forward(x, m, &mut g);
-    up.forward(x, m, &mut u);
-    swiglu_inplace(&mut g, &u);
-    let mut y = vec![0.0f32; m * h];
-    down.forward(&g, m, &mut y);
-    for (a, b) in acc.iter_mut().zip(&y) {
-        *a += b;
-    }
+    gate.forward(x, m, g);
+    up.forward(x, m, u);
+    swiglu_inplace(g, u);
+    down.forward(g, m, y);
     2.0 * (3 * m * h * f) as f64
 }
 

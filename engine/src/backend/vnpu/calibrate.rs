@@ -2,7 +2,15 @@
 //! the measured wall time of the same forward on this machine, across block sizes.
 //!
 //! Timing is benchmark territory: tests only check the report's shape; `bench/` calls [`calibrate`]
-//! on a quiet machine and records the error.
+//! and records the error. Calibration is **not validation**: it checks the cost model's structure
+//! on this machine's CPU only; phone numbers are checked against published measurements in
+//! [`super::validation`].
+//!
+//! Sampling: every repetition takes one GEMM probe sample and one sample of every block size, in
+//! the same loop, so all of them see the same machine load and have equal sample counts; medians
+//! are reported with their spread (min, max). The probe's rate as a fraction of the profile's
+//! arithmetic peak must not exceed 1: a fraction above 1 means the measurement (or the peak) is
+//! wrong, and callers must refuse it rather than record it ([`CalibrationReport::check`]).
 
 use std::time::Instant;
 
@@ -28,8 +36,14 @@ pub struct CalibrationPoint {
     pub tokens: usize,
     /// Context (cached prefix + block).
     pub context: usize,
-    /// Best measured wall time of the forward, seconds.
+    /// Median measured wall time of the forward, seconds.
     pub measured_s: f64,
+    /// Fastest and slowest sample, seconds.
+    pub measured_min_s: f64,
+    /// See `measured_min_s`.
+    pub measured_max_s: f64,
+    /// Samples taken.
+    pub samples: usize,
     /// Cost-model prediction for the profile, seconds (simulated).
     pub predicted_s: f64,
     /// `(predicted - measured) / measured`.
@@ -55,11 +69,53 @@ pub struct CalibrationReport {
     pub mean_abs_probe_adjusted_error: f64,
     /// Geometric mean of measured / predicted: multiply predictions by this to match the machine.
     pub time_scale: f64,
-    /// GEMM rate measured in the same run (128×1024×1024 f32 `Linear::forward`), GFLOP/s: separates
-    /// cost-model error from a machine that is busy with other work.
+    /// GEMM rate measured in the same loop (128×1024×1024 f32 `Linear::forward`), median over the
+    /// samples, GFLOP/s: separates cost-model error from a machine that is busy with other work.
     pub probe_gemm_gflops: f64,
-    /// The rate the profile assumes for that same GEMM, GFLOP/s.
+    /// Slowest and fastest probe sample, GFLOP/s.
+    pub probe_gemm_gflops_min: f64,
+    /// See `probe_gemm_gflops_min`.
+    pub probe_gemm_gflops_max: f64,
+    /// Probe samples (equal to every point's `samples`).
+    pub probe_samples: usize,
+    /// The rate the profile assumes for that same GEMM (peak × efficiency), GFLOP/s.
     pub model_gemm_gflops: f64,
+    /// The profile's arithmetic f32 peak on the threads used, GFLOP/s.
+    pub peak_gflops: f64,
+    /// `probe_gemm_gflops / peak_gflops` (median sample); above 1 is a failed measurement.
+    pub probe_peak_fraction: f64,
+    /// The fastest probe sample over the peak.
+    pub probe_peak_fraction_max: f64,
+}
+
+impl CalibrationReport {
+    /// Refuses a report whose probe ran faster than the profile's peak (a fraction above 1 is a
+    /// failed measurement or a wrong peak, never a result).
+    pub fn check(&self) -> Result<()> {
+        if !(self.probe_peak_fraction_max <= 1.0) {
+            return Err(EngineError::InvalidRequest(format!(
+                "calibration: the GEMM probe reached {:.2} of the `{}` profile's peak ({:.1} of {:.1} GFLOP/s, fastest of {} samples); a fraction above 1.0 means the measurement or the profile's peak is wrong",
+                self.probe_peak_fraction_max,
+                self.profile,
+                self.probe_gemm_gflops_max,
+                self.peak_gflops,
+                self.probe_samples
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Median, min and max of samples (empty → zeros).
+fn stats(v: &[f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let med = if n % 2 == 1 { s[n / 2] } else { 0.5 * (s[n / 2 - 1] + s[n / 2]) };
+    (med, s[0], s[n - 1])
 }
 
 /// The precision this engine's CPU path runs a model at: f32 arithmetic, weights as stored.
@@ -75,7 +131,7 @@ pub fn engine_precision(model: &Transformer) -> Precision {
 
 /// Measures `model` at each block size over a cached prefix of `prefix` positions (clamped to the
 /// model's context) and compares with the cost model on `profile`'s CPU using this machine's thread
-/// count. `reps` ≥ 1 timed runs per point; the best is kept.
+/// count. `reps` ≥ 1 interleaved rounds (probe + every block size); medians are compared.
 pub fn calibrate(
     model: &Transformer,
     profile: &DeviceProfile,
@@ -87,7 +143,9 @@ pub fn calibrate(
     let cfg = &model.config;
     let precision = engine_precision(model);
     let target = ComputeTarget::cpu(profile, threads, &precision);
-    let (probe_gemm_gflops, model_gemm_gflops) = gemm_probe(&target);
+    let probe = GemmProbe::new();
+    let model_gemm_gflops = target.matrix_ops_per_s * target.matrix_efficiency_at(GemmProbe::M) / 1e9;
+    let peak_gflops = target.matrix_ops_per_s / 1e9;
     let options = SimOptions {
         precision,
         placement: PlacementPolicy::SwapOptimized,
@@ -96,12 +154,18 @@ pub fn calibrate(
         budget_bytes: u64::MAX,
         buckets: ShapeBuckets::dynamic(),
     };
-    let mut probed = target.clone();
-    probed.matrix_ops_per_s *= probe_gemm_gflops / model_gemm_gflops;
-    let mut sim = StepSimulator::new(cfg.clone(), target, options.clone(), LanePower::from_profile(profile));
-    let mut sim_probed = StepSimulator::new(cfg.clone(), probed, options, LanePower::from_profile(profile));
     let token = cfg.mask_token_id.unwrap_or(0).min(cfg.vocab.saturating_sub(1) as u32);
-    let mut points = Vec::new();
+    // Prepare one cached prefix and request per block size.
+    struct Case {
+        tokens: usize,
+        pre: usize,
+        cache: crate::model::KvCache,
+        toks: Vec<u32>,
+        pos: Vec<usize>,
+        rows: Vec<usize>,
+        samples: Vec<f64>,
+    }
+    let mut cases = Vec::new();
     for &b in block_sizes {
         if b == 0 || b > cfg.max_seq {
             return Err(EngineError::InvalidRequest(format!(
@@ -119,28 +183,54 @@ pub fn calibrate(
                 Some(&mut cache),
             )?;
         }
-        let toks = vec![token; b];
-        let pos: Vec<usize> = (pre..pre + b).collect();
-        let rows: Vec<usize> = (0..b).collect();
-        let req = ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &rows, kv: KvMode::Read };
-        model.forward(&req, Some(&mut cache))?; // warm-up
-        let mut best = f64::INFINITY;
-        for _ in 0..reps.max(1) {
+        cases.push(Case {
+            tokens: b,
+            pre,
+            cache,
+            toks: vec![token; b],
+            pos: (pre..pre + b).collect(),
+            rows: (0..b).collect(),
+            samples: Vec::new(),
+        });
+    }
+    // Warm-up of everything, then `reps` interleaved rounds: probe, then every block size.
+    probe.sample();
+    for c in &mut cases {
+        let req = ForwardRequest { tokens: &c.toks, positions: &c.pos, logits_rows: &c.rows, kv: KvMode::Read };
+        model.forward(&req, Some(&mut c.cache))?;
+    }
+    let mut probe_samples = Vec::new();
+    for _ in 0..reps.max(1) {
+        probe_samples.push(probe.sample());
+        for c in &mut cases {
+            let req = ForwardRequest { tokens: &c.toks, positions: &c.pos, logits_rows: &c.rows, kv: KvMode::Read };
             let t0 = Instant::now();
-            model.forward(&req, Some(&mut cache))?;
-            best = best.min(t0.elapsed().as_secs_f64());
+            model.forward(&req, Some(&mut c.cache))?;
+            c.samples.push(t0.elapsed().as_secs_f64());
         }
-        let shape = StepShape { tokens: b, context: pre + b, logit_rows: b };
+    }
+    let (probe_gemm_gflops, probe_min, probe_max) = stats(&probe_samples);
+    let mut probed = target.clone();
+    probed.matrix_ops_per_s *= probe_gemm_gflops / model_gemm_gflops;
+    let mut sim = StepSimulator::new(cfg.clone(), target, options.clone(), LanePower::from_profile(profile));
+    let mut sim_probed = StepSimulator::new(cfg.clone(), probed, options, LanePower::from_profile(profile));
+    let mut points = Vec::new();
+    for c in &cases {
+        let (med, lo, hi) = stats(&c.samples);
+        let shape = StepShape { tokens: c.tokens, context: c.pre + c.tokens, logit_rows: c.tokens };
         let predicted = sim.simulate(shape)?.time_s;
         let adjusted = sim_probed.simulate(shape)?.time_s;
         points.push(CalibrationPoint {
-            tokens: b,
-            context: pre + b,
-            measured_s: best,
+            tokens: c.tokens,
+            context: c.pre + c.tokens,
+            measured_s: med,
+            measured_min_s: lo,
+            measured_max_s: hi,
+            samples: c.samples.len(),
             predicted_s: predicted,
-            rel_error: (predicted - best) / best,
+            rel_error: (predicted - med) / med,
             probe_adjusted_s: adjusted,
-            probe_adjusted_rel_error: (adjusted - best) / best,
+            probe_adjusted_rel_error: (adjusted - med) / med,
         });
     }
     let n = points.len().max(1) as f64;
@@ -155,27 +245,40 @@ pub fn calibrate(
         mean_abs_probe_adjusted_error,
         time_scale,
         probe_gemm_gflops,
+        probe_gemm_gflops_min: probe_min,
+        probe_gemm_gflops_max: probe_max,
+        probe_samples: probe_samples.len(),
         model_gemm_gflops,
+        peak_gflops,
+        probe_peak_fraction: probe_gemm_gflops / peak_gflops,
+        probe_peak_fraction_max: probe_max / peak_gflops,
     })
 }
 
-/// Measured and modelled GEMM rate for one 128×1024×1024 f32 product (best of 3 after a warm-up).
-fn gemm_probe(target: &ComputeTarget) -> (f64, f64) {
+/// One 128×1024×1024 f32 product, timed per sample.
+struct GemmProbe {
+    lin: Linear,
+    x: Vec<f32>,
+    y: std::cell::RefCell<Vec<f32>>,
+}
+
+impl GemmProbe {
     const M: usize = 128;
     const K: usize = 1024;
-    let w: Vec<f32> = (0..K * K).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
-    let lin = Linear::from_f32("probe", K, K, w);
-    let x: Vec<f32> = (0..M * K).map(|i| ((i % 31) as f32 - 15.0) / 31.0).collect();
-    let mut y = vec![0.0f32; M * K];
-    lin.forward(&x, M, &mut y);
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t0 = Instant::now();
-        lin.forward(&x, M, &mut y);
-        best = best.min(t0.elapsed().as_secs_f64());
+    fn new() -> Self {
+        let (m, k) = (Self::M, Self::K);
+        let w: Vec<f32> = (0..k * k).map(|i| ((i % 97) as f32 - 48.0) / 97.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|i| ((i % 31) as f32 - 15.0) / 31.0).collect();
+        GemmProbe { lin: Linear::from_f32("probe", k, k, w), x, y: std::cell::RefCell::new(vec![0.0f32; m * k]) }
     }
-    let flops = 2.0 * (M * K * K) as f64;
-    (flops / best / 1e9, target.matrix_ops_per_s * target.matrix_efficiency_at(M) / 1e9)
+    /// One timed product, GFLOP/s.
+    fn sample(&self) -> f64 {
+        let mut y = self.y.borrow_mut();
+        let t0 = Instant::now();
+        self.lin.forward(&self.x, Self::M, &mut y);
+        let s = t0.elapsed().as_secs_f64();
+        2.0 * (Self::M * Self::K * Self::K) as f64 / s / 1e9
+    }
 }
 
 /// A transformer of `cfg`'s shape with random f32 weights (for calibration without a checkpoint).

@@ -12,6 +12,7 @@ pub mod cpu_path;
 pub mod profile;
 pub mod replay;
 pub mod sim;
+pub mod validation;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use super::{Backend, CostProfile, ForwardStats};
 use crate::error::Result;
 use crate::memory::graph::{Precision, StepShape};
 use crate::memory::plan::{MemoryPlan, PlacementPolicy};
-use crate::memory::weight_stream::{forward_streamed, StreamPlan, StreamReport};
+use crate::memory::weight_stream::{forward_streamed, StagingPool, StreamPlan, StreamReport};
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvLayout, KvMode, ModelConfig, Transformer};
 use crate::trace::{LanePower, Timeline, TraceEvent};
 
@@ -122,6 +123,11 @@ pub struct VnpuTotals {
     pub staged_remaps: usize,
     /// Measured seconds the staging thread spent copying.
     pub staging_copy_s: f64,
+    /// Staging buffers allocated over all forwards (one-time growth of the fixed pool; later fills
+    /// copy in place).
+    pub staging_allocations: usize,
+    /// Bytes of the fixed staging pool (two layer slots and a head slot).
+    pub staging_pool_bytes: u64,
     /// Measured copy seconds that overlapped a layer's compute.
     pub staging_overlap_s: f64,
     /// The CPU path of dual-path revision (simulated on the profile's CPU cores).
@@ -139,6 +145,8 @@ pub struct VirtualNpu {
     origin: Instant,
     stream_plans: HashMap<(ShapeBucket, usize), Arc<StreamPlan>>,
     last_stream: Option<StreamReport>,
+    /// The fixed staging buffers the real forward streams through (made on first use).
+    pool: Option<StagingPool>,
 }
 
 impl VirtualNpu {
@@ -157,6 +165,7 @@ impl VirtualNpu {
             origin: Instant::now(),
             stream_plans: HashMap::new(),
             last_stream: None,
+            pool: None,
         })
     }
     /// The device profile.
@@ -237,7 +246,6 @@ impl VirtualNpu {
         // Starts after every earlier event, the CPU path's tasks of the previous step included.
         let t0 = lanes.begin_dense();
         let timeline = lanes.timeline_mut();
-        let scale = if step.time_s > 0.0 { wall_s / step.time_s } else { 0.0 };
         let mut offset = 0.0;
         let lane = self.sim.target().lane;
         timeline.push(TraceEvent {
@@ -257,10 +265,11 @@ impl VirtualNpu {
             if record_ops {
                 for e in &l.events {
                     let mut e = e.clone();
-                    // Per-op wall time is not measured (the real forward runs as one call): apportion
-                    // the measured wall time of the forward by simulated share.
-                    e.wall_start = wall_start + (offset + e.start_sim) * scale;
-                    e.wall_dur = e.dur_sim * scale;
+                    // Per-op wall time is not measured (the real forward runs as one call), so
+                    // operators carry none: only measured spans (the forward itself, the staging
+                    // thread's copies) appear on the trace's measured-wall-time process.
+                    e.wall_start = 0.0;
+                    e.wall_dur = 0.0;
                     // Transfers were really performed by the staging thread: use its measured spans.
                     if let Some((start, dur)) = stream.and_then(|r| measured_copy(r, &l.events, &e, n_layers)) {
                         e.wall_start = wall_start + start;
@@ -306,7 +315,11 @@ impl Backend for VirtualNpu {
         // Weights the plan swaps in are really copied by the staging thread and read from the copies.
         let (out, report) = match &stream {
             Some(p) => {
-                let (out, r) = forward_streamed(&self.model, req, cache, p)?;
+                if self.pool.is_none() {
+                    self.pool = Some(StagingPool::new(&self.model.weights)?);
+                }
+                let pool = self.pool.as_mut().expect("staging pool just made");
+                let (out, r) = forward_streamed(&self.model, req, cache, p, pool)?;
                 (out, Some(r))
             }
             None => (self.model.forward(req, cache)?, None),
@@ -317,6 +330,8 @@ impl Backend for VirtualNpu {
             self.totals.staged_remaps += r.remaps;
             self.totals.staging_copy_s += r.copy_s;
             self.totals.staging_overlap_s += r.overlap_s;
+            self.totals.staging_allocations += r.allocations;
+            self.totals.staging_pool_bytes = r.pool_bytes;
         }
         let (sim_s, energy, padded) = match &step {
             Some(s) => {

@@ -65,6 +65,16 @@ impl DecodeTrace {
         }
     }
 
+    /// Several runs one after the other (one workload).
+    pub fn concat(name: &str, runs: impl IntoIterator<Item = DecodeTrace>) -> Self {
+        let mut out = DecodeTrace { name: name.to_owned(), steps: Vec::new(), answer_tokens: 0 };
+        for r in runs {
+            out.steps.extend(r.steps);
+            out.answer_tokens += r.answer_tokens;
+        }
+        out
+    }
+
     /// Autoregressive decoding: prefill, then one token per forward.
     pub fn autoregressive(prompt: usize, answer: usize) -> Self {
         let mut steps = vec![DecodeStepRecord { tokens: prompt, context: prompt, logit_rows: 1 }];
@@ -205,20 +215,57 @@ pub fn replay_dual_path_on(trace: &DualPathTrace, preset: ModelPreset, device: &
     replay_dual_path(trace, &mut npu, &mut cpu, &profile.name)
 }
 
-/// Published 7–8B model shapes for replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+/// Published model shapes: the 7–8B models the replay compares, and the autoregressive models of
+/// the validation set (`validation.rs`), whose published phone measurements the cost model is
+/// checked against. Shapes are the models' HF `config.json` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum ModelPreset {
     /// LLaDA-8B-Instruct (dllm-decoding.md §1).
     Llada8B,
     /// Dream-v0-7B (dllm-decoding.md §1).
     Dream7B,
-    /// Llama-3-8B (hidden 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256).
+    /// Llama-3-8B (hidden 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256); Llama-3.1-8B has
+    /// the same shapes.
     Llama3_8B,
+    /// Llama-3.2-1B (hidden 2048, 16 layers, 32/8 heads of 64, FFN 8192, vocab 128256, tied).
+    Llama32_1B,
+    /// Llama-3.2-3B (hidden 3072, 28 layers, 24/8 heads of 128, FFN 8192, vocab 128256, tied).
+    Llama32_3B,
+    /// Llama-2-7B (hidden 4096, 32 layers, 32/32 heads, FFN 11008, vocab 32000).
+    Llama2_7B,
+    /// Mistral-7B-v0.3 (hidden 4096, 32 layers, 32/8 heads, FFN 14336, vocab 32768).
+    Mistral7B,
+    /// Qwen2-7B and Qwen2.5-7B (hidden 3584, 28 layers, 28/4 heads, FFN 18944, vocab 152064, q/k/v bias).
+    Qwen2_7B,
+    /// Qwen3-1.7B (hidden 2048, 28 layers, 16/8 heads of 128, FFN 6144, vocab 151936, tied, QK norm).
+    Qwen3_1_7B,
+    /// Phi-3.5-mini (hidden 3072, 32 layers, 32/32 heads of 96, FFN 8192, vocab 32064).
+    Phi35Mini,
+    /// Baichuan2-7B (hidden 4096, 32 layers, 32/32 heads, FFN 11008, vocab 125696).
+    Baichuan2_7B,
+    /// Granite-3.1-8B (hidden 4096, 40 layers, 32/8 heads, FFN 12800, vocab 49155).
+    Granite31_8B,
 }
 
 impl ModelPreset {
-    /// All presets.
+    /// The presets the replay matrix covers.
     pub const ALL: [ModelPreset; 3] = [ModelPreset::Llada8B, ModelPreset::Dream7B, ModelPreset::Llama3_8B];
+
+    /// Every preset, replay and validation models.
+    pub const EVERY: [ModelPreset; 12] = [
+        ModelPreset::Llada8B,
+        ModelPreset::Dream7B,
+        ModelPreset::Llama3_8B,
+        ModelPreset::Llama32_1B,
+        ModelPreset::Llama32_3B,
+        ModelPreset::Llama2_7B,
+        ModelPreset::Mistral7B,
+        ModelPreset::Qwen2_7B,
+        ModelPreset::Qwen3_1_7B,
+        ModelPreset::Phi35Mini,
+        ModelPreset::Baichuan2_7B,
+        ModelPreset::Granite31_8B,
+    ];
 
     /// Short name.
     pub fn name(self) -> &'static str {
@@ -226,7 +273,48 @@ impl ModelPreset {
             ModelPreset::Llada8B => "LLaDA-8B",
             ModelPreset::Dream7B => "Dream-7B",
             ModelPreset::Llama3_8B => "Llama-3-8B",
+            ModelPreset::Llama32_1B => "Llama-3.2-1B",
+            ModelPreset::Llama32_3B => "Llama-3.2-3B",
+            ModelPreset::Llama2_7B => "Llama-2-7B",
+            ModelPreset::Mistral7B => "Mistral-7B",
+            ModelPreset::Qwen2_7B => "Qwen2-7B",
+            ModelPreset::Qwen3_1_7B => "Qwen3-1.7B",
+            ModelPreset::Phi35Mini => "Phi-3.5-mini",
+            ModelPreset::Baichuan2_7B => "Baichuan2-7B",
+            ModelPreset::Granite31_8B => "Granite-3.1-8B",
         }
+    }
+
+    /// The key data files use (`llama-3-8b`, `qwen2-7b`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            ModelPreset::Llada8B => "llada-8b",
+            ModelPreset::Dream7B => "dream-7b",
+            ModelPreset::Llama3_8B => "llama-3-8b",
+            ModelPreset::Llama32_1B => "llama-3.2-1b",
+            ModelPreset::Llama32_3B => "llama-3.2-3b",
+            ModelPreset::Llama2_7B => "llama-2-7b",
+            ModelPreset::Mistral7B => "mistral-7b",
+            ModelPreset::Qwen2_7B => "qwen2-7b",
+            ModelPreset::Qwen3_1_7B => "qwen3-1.7b",
+            ModelPreset::Phi35Mini => "phi-3.5-mini",
+            ModelPreset::Baichuan2_7B => "baichuan2-7b",
+            ModelPreset::Granite31_8B => "granite-3.1-8b",
+        }
+    }
+
+    /// The preset with key `key`.
+    pub fn from_key(key: &str) -> Option<ModelPreset> {
+        ModelPreset::EVERY.into_iter().find(|p| p.key() == key)
+    }
+
+    /// Parameters of the matrices (embedding and LM head counted once each; tied heads once).
+    pub fn parameters(self) -> u64 {
+        let c = self.config();
+        let (h, q, kv) = (c.hidden as u64, c.q_dim() as u64, c.kv_dim() as u64);
+        let per_layer = h * q + 2 * h * kv + q * h + 3 * h * c.ffn as u64;
+        let emb = c.vocab as u64 * h * if c.tie_embeddings { 1 } else { 2 };
+        c.n_layers as u64 * per_layer + emb
     }
 
     /// The layer shapes as a [`ModelConfig`].
@@ -257,6 +345,7 @@ impl ModelPreset {
             eot_token_id: None,
             pad_token_id: None,
         };
+        let llama = Architecture::Llama;
         match self {
             ModelPreset::Llada8B => {
                 let mut c = base(Architecture::Llada, 4096, 32, 32, 32, 12288, 126464, 500000.0, 1e-5);
@@ -269,7 +358,33 @@ impl ModelPreset {
                 c.shift_logits = true;
                 c
             }
-            ModelPreset::Llama3_8B => base(Architecture::Llama, 4096, 32, 32, 8, 14336, 128256, 500000.0, 1e-5),
+            ModelPreset::Llama3_8B => base(llama, 4096, 32, 32, 8, 14336, 128256, 500000.0, 1e-5),
+            ModelPreset::Llama32_1B => {
+                let mut c = base(llama, 2048, 16, 32, 8, 8192, 128256, 500000.0, 1e-5);
+                c.tie_embeddings = true;
+                c
+            }
+            ModelPreset::Llama32_3B => {
+                let mut c = base(llama, 3072, 28, 24, 8, 8192, 128256, 500000.0, 1e-5);
+                c.tie_embeddings = true;
+                c
+            }
+            ModelPreset::Llama2_7B => base(llama, 4096, 32, 32, 32, 11008, 32000, 10000.0, 1e-5),
+            ModelPreset::Mistral7B => base(llama, 4096, 32, 32, 8, 14336, 32768, 1e6, 1e-5),
+            ModelPreset::Qwen2_7B => {
+                let mut c = base(Architecture::Qwen2, 3584, 28, 28, 4, 18944, 152064, 1e6, 1e-6);
+                c.qkv_bias = true;
+                c
+            }
+            ModelPreset::Qwen3_1_7B => {
+                let mut c = base(Architecture::Qwen3, 2048, 28, 16, 8, 6144, 151936, 1e6, 1e-6);
+                c.qk_norm = true;
+                c.tie_embeddings = true;
+                c
+            }
+            ModelPreset::Phi35Mini => base(llama, 3072, 32, 32, 32, 8192, 32064, 10000.0, 1e-5),
+            ModelPreset::Baichuan2_7B => base(llama, 4096, 32, 32, 32, 11008, 125696, 10000.0, 1e-6),
+            ModelPreset::Granite31_8B => base(llama, 4096, 40, 32, 8, 12800, 49155, 1e7, 1e-5),
         }
     }
 }
@@ -315,6 +430,14 @@ pub struct ReplayResult {
     pub launches: usize,
     /// Transfer time hidden behind compute, seconds.
     pub overlap_s: f64,
+    /// Busy time of the DMA engine (staging copies), seconds.
+    pub dma_busy_s: f64,
+    /// Busy time of the compute unit, seconds.
+    pub compute_busy_s: f64,
+    /// Busy time of the host core driving the device (launches, map calls), seconds.
+    pub host_busy_s: f64,
+    /// NPU-visible budget the memory plan was held to, bytes (`u64::MAX` on the CPU).
+    pub budget_bytes: u64,
 }
 
 /// Replays `trace` on `sim` (whose model and device name the result).
@@ -335,6 +458,10 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
         map_calls: 0,
         launches: 0,
         overlap_s: 0.0,
+        dma_busy_s: 0.0,
+        compute_busy_s: 0.0,
+        host_busy_s: 0.0,
+        budget_bytes: sim.options().budget_bytes,
     };
     for s in &trace.steps {
         if s.tokens == 0 {
@@ -351,6 +478,9 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
             r.map_calls += l.map_calls;
             r.launches += l.launches;
             r.overlap_s += l.overlap_s;
+            r.dma_busy_s += l.dma_busy_s;
+            r.compute_busy_s += l.compute_busy_s;
+            r.host_busy_s += l.host_busy_s;
         }
     }
     r.tokens_per_s = if r.simulated_latency_s > 0.0 { r.answer_tokens as f64 / r.simulated_latency_s } else { 0.0 };
@@ -358,7 +488,7 @@ pub fn replay(trace: &DecodeTrace, sim: &mut StepSimulator, device: &str, setup:
 }
 
 fn model_name(cfg: &ModelConfig) -> String {
-    ModelPreset::ALL
+    ModelPreset::EVERY
         .iter()
         .find(|p| p.config() == *cfg)
         .map_or_else(|| format!("{:?} h{} L{}", cfg.arch, cfg.hidden, cfg.n_layers), |p| p.name().to_owned())
@@ -370,7 +500,7 @@ fn model_name(cfg: &ModelConfig) -> String {
 pub fn npu_config(placement: PlacementPolicy) -> VnpuConfig {
     let logits = match placement {
         PlacementPolicy::Naive => LogitRows::BucketRows,
-        PlacementPolicy::SwapOptimized => LogitRows::RequestedRows,
+        _ => LogitRows::RequestedRows,
     };
     VnpuConfig { placement, logits, record_trace: false, ..VnpuConfig::default() }
 }
@@ -410,6 +540,120 @@ pub fn replay_matrix(trace: &DecodeTrace) -> Result<Vec<ReplayResult>> {
     Ok(out)
 }
 
+/// A simulator for autoregressive decoding of `cfg` on `profile`'s NPU as the validated published
+/// deployments run it (`validation.rs`): W4A16, the fewest whole sessions that hold the model
+/// without streaming (at the trace's largest forward), the product's other defaults. Returns the
+/// simulator and the sessions.
+pub fn ar_npu_simulator(cfg: &ModelConfig, profile: &DeviceProfile, trace: &DecodeTrace) -> Result<(StepSimulator, usize)> {
+    let npu = profile.npu.as_ref().ok_or_else(|| crate::error::EngineError::Backend {
+        backend: "vnpu".into(),
+        reason: format!("profile `{}` has no NPU", profile.name),
+    })?;
+    let base = npu_config(PlacementPolicy::SwapOptimized);
+    let widest = StepShape {
+        tokens: trace.steps.iter().map(|s| s.tokens).max().unwrap_or(1),
+        context: trace.steps.iter().map(|s| s.context).max().unwrap_or(1),
+        logit_rows: 1,
+    };
+    let sessions = super::validation::sessions_needed(cfg, widest, profile, &base.precision);
+    let config = VnpuConfig { budget_bytes: Some(sessions as u64 * npu.session_va_bytes.value), ..base };
+    Ok((simulator_for(cfg, profile, &config)?, sessions))
+}
+
+/// One decode workload of a diffusion model against its baselines on one device, all **simulated**.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TraceComparison {
+    /// Device profile.
+    pub device: String,
+    /// (a) the diffusion model on the phone's CPU (all cores), the same forwards (prefix-KV reuse
+    /// included).
+    pub cpu_prefix_kv: ReplayResult,
+    /// (b) naive NPU offload (one session, map/unmap per use, logits over the whole bucket).
+    pub npu_naive: ReplayResult,
+    /// (c) the NPU with the swap-optimized memory runtime (one session; the product's setting).
+    pub npu_memory_runtime: ReplayResult,
+    /// (d) the autoregressive model on the NPU, deployed as the validated published runs are.
+    pub ar_npu: ReplayResult,
+    /// NPU sessions (d) uses.
+    pub ar_sessions: usize,
+    /// (a) / (c) latency.
+    pub speedup_vs_cpu: f64,
+    /// (d) / (c) latency.
+    pub speedup_vs_ar: f64,
+    /// (b) / (c) latency.
+    pub speedup_vs_naive: f64,
+}
+
+/// Compares `dllm` (forwards of a diffusion decode, replayed at `dllm_preset`'s shapes) with the
+/// same forwards on the phone CPU, with naive NPU offload, and with `ar` (autoregressive decoding of
+/// the same prompts and answer lengths at `ar_preset`'s shapes) on `device`.
+pub fn compare_trace(
+    dllm: &DecodeTrace,
+    ar: &DecodeTrace,
+    dllm_preset: ModelPreset,
+    ar_preset: ModelPreset,
+    device: &str,
+) -> Result<TraceComparison> {
+    let profile = DeviceProfile::builtin(device)?;
+    let cfg = dllm_preset.config();
+    let cores = profile.cpu.total_cores();
+    let a = replay(dllm, &mut cpu_simulator(&cfg, &profile, cores), &profile.name, &format!("cpu x{cores} prefix-KV"))?;
+    let b = replay(
+        dllm,
+        &mut simulator_for(&cfg, &profile, &npu_config(PlacementPolicy::Naive))?,
+        &profile.name,
+        "npu naive offload",
+    )?;
+    let c = replay(
+        dllm,
+        &mut simulator_for(&cfg, &profile, &npu_config(PlacementPolicy::SwapOptimized))?,
+        &profile.name,
+        "npu memory runtime",
+    )?;
+    let (mut ar_sim, ar_sessions) = ar_npu_simulator(&ar_preset.config(), &profile, ar)?;
+    let d = replay(ar, &mut ar_sim, &profile.name, &format!("npu AR, {ar_sessions} session(s)"))?;
+    Ok(TraceComparison {
+        device: profile.name.clone(),
+        speedup_vs_cpu: a.simulated_latency_s / c.simulated_latency_s,
+        speedup_vs_ar: d.simulated_latency_s / c.simulated_latency_s,
+        speedup_vs_naive: b.simulated_latency_s / c.simulated_latency_s,
+        cpu_prefix_kv: a,
+        npu_naive: b,
+        npu_memory_runtime: c,
+        ar_npu: d,
+        ar_sessions,
+    })
+}
+
+/// One memory-runtime variant replayed (all **simulated**).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PolicyReplay {
+    /// The variant.
+    pub policy: PlacementPolicy,
+    /// What it switches off.
+    pub label: String,
+    /// The replay.
+    pub result: ReplayResult,
+    /// Latency over the full runtime's.
+    pub slowdown_vs_full: f64,
+}
+
+/// `trace` at `preset`'s shapes on `device`'s NPU with the product's one-session budget, for the
+/// full memory runtime and each part switched off ([`PlacementPolicy::ABLATIONS`]); logits for
+/// the requested rows in every variant, so only the memory runtime differs.
+pub fn memory_runtime_ablation(trace: &DecodeTrace, preset: ModelPreset, device: &str) -> Result<Vec<PolicyReplay>> {
+    let profile = DeviceProfile::builtin(device)?;
+    let cfg = preset.config();
+    let mut out: Vec<PolicyReplay> = Vec::new();
+    for policy in PlacementPolicy::ABLATIONS {
+        let config = VnpuConfig { placement: policy, logits: LogitRows::RequestedRows, record_trace: false, ..VnpuConfig::default() };
+        let r = replay(trace, &mut simulator_for(&cfg, &profile, &config)?, &profile.name, policy.label())?;
+        let full = out.first().map_or(r.simulated_latency_s, |f| f.result.simulated_latency_s);
+        out.push(PolicyReplay { policy, label: policy.label().to_owned(), slowdown_vs_full: r.simulated_latency_s / full, result: r });
+    }
+    Ok(out)
+}
+
 /// Settings of the LLaDA-8B comparison.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ComparisonSettings {
@@ -442,7 +686,7 @@ pub struct ComparisonRow {
     pub npu_naive: ReplayResult,
     /// (c) LLaDA-8B on the NPU with the swap-optimized memory runtime.
     pub npu_memory_runtime: ReplayResult,
-    /// (d) Llama-3-8B autoregressive on the NPU with the memory runtime.
+    /// (d) Llama-3-8B autoregressive on the NPU, deployed as the validated published runs are.
     pub llama3_ar_npu: ReplayResult,
     /// (a) / (b) latency.
     pub speedup_naive_vs_cpu: f64,
@@ -483,12 +727,7 @@ pub fn llada_comparison(settings: &ComparisonSettings, answer_lengths: &[usize])
             &profile.name,
             "npu memory runtime",
         )?;
-        let d = replay(
-            &ar,
-            &mut simulator_for(&llama, &profile, &npu_config(PlacementPolicy::SwapOptimized))?,
-            &profile.name,
-            "npu memory runtime, AR",
-        )?;
+        let d = replay(&ar, &mut ar_npu_simulator(&llama, &profile, &ar)?.0, &profile.name, "npu AR")?;
         rows.push(ComparisonRow {
             answer_tokens: answer,
             speedup_naive_vs_cpu: a.simulated_latency_s / b.simulated_latency_s,

@@ -201,7 +201,7 @@ fn schedule(
     let lpg = opts.layers_per_graph.max(1);
     let mut t_unit = 0.0f64; // compute unit free at
     let mut t_dma = 0.0f64; // DMA engine free at
-    let mut slot_free = [0.0f64; 2];
+    let mut slot_free = vec![0.0f64; plan.staging_slots.max(1)];
     let mut next_slot = 0usize;
     let mut current_graph: Option<usize> = None;
     let (mut compute_busy, mut dma_busy, mut host_busy, mut dram) = (0.0, 0.0, 0.0, 0.0);
@@ -225,17 +225,17 @@ fn schedule(
         if streamed > 0 {
             let copy_s = streamed as f64 / dma_rate;
             dram += 2.0 * streamed as f64;
-            match plan.policy {
-                PlacementPolicy::SwapOptimized => {
-                    // Double buffering: the copy may start once the DMA is free and its slot was
-                    // released by the operator two swaps back.
+            match plan.policy.maps_per_use() {
+                false => {
+                    // Staging: the copy may start once the DMA is free and its slot was released
+                    // by the operator `slots` swaps back (two slots: double buffering).
                     let start = t_dma.max(slot_free[next_slot]);
                     events.push(ev(Lane::Dma, format!("stage {}", op.name), "transfer", start, copy_s, streamed));
                     t_dma = start + copy_s;
                     dma_busy += copy_s;
                     ready = t_dma;
                 }
-                PlacementPolicy::Naive => {
+                true => {
                     // Synchronous: map, copy, compute, unmap, nothing overlaps.
                     events.push(ev(host, format!("map {}", op.name), "map", t_unit, map_s, 0));
                     host_busy += map_s;
@@ -261,9 +261,9 @@ fn schedule(
         dram += c.dram_bytes;
         flops += c.flops;
         padded += c.padded_flops;
-        if streamed > 0 && plan.policy == PlacementPolicy::SwapOptimized {
+        if streamed > 0 && !plan.policy.maps_per_use() {
             slot_free[next_slot] = t_unit;
-            next_slot = (next_slot + 1) % 2;
+            next_slot = (next_slot + 1) % slot_free.len();
         }
         if unmap_after {
             events.push(ev(host, format!("unmap {}", op.name), "map", t_unit, unmap_s, 0));

@@ -1,0 +1,92 @@
+//! The validation set of published phone measurements: every row cited, the split follows its
+//! rule, every row is predicted, and the fitted profile values are exactly what the fit on the fit
+//! rows gives (so no profile value can have been tuned on held-out rows).
+
+use unmask_engine::backend::vnpu::validation::{evaluate, fit_profile, FitParam, Split, ValidationSet};
+use unmask_engine::backend::vnpu::DeviceProfile;
+
+#[test]
+fn rows_are_cited_and_the_split_follows_the_rule() {
+    let set = ValidationSet::builtin().unwrap();
+    assert!(set.rows.len() >= 40, "{} rows", set.rows.len());
+    let rule = set.rule_split();
+    for r in &set.rows {
+        assert!(!r.source.is_empty() && !r.table.is_empty() && !r.derivation.is_empty(), "{}", r.id);
+        assert_eq!(r.split, rule[&r.id], "row {} is not on the side the split rule puts it", r.id);
+    }
+    assert!(set.rows.iter().any(|r| r.split == Split::Heldout));
+}
+
+#[test]
+fn every_row_is_predicted() {
+    let set = ValidationSet::builtin().unwrap();
+    let report = evaluate(&set).unwrap();
+    assert_eq!(report.rows.len(), set.rows.len());
+    for r in &report.rows {
+        assert!(r.predicted.is_finite() && r.predicted > 0.0, "{r:?}");
+    }
+    for name in ["sm8650", "sm8750", "sm8850"] {
+        assert!(report.profile(name).unwrap().heldout.rows > 0, "{name} has held-out rows");
+    }
+}
+
+#[test]
+fn fitted_profile_values_are_the_fit_of_the_fit_rows() {
+    let set = ValidationSet::builtin().unwrap();
+    let profiles: std::collections::BTreeSet<&str> = set.fit_log.iter().map(|e| e.profile.as_str()).collect();
+    for name in profiles {
+        let current = DeviceProfile::builtin(name).unwrap();
+        // Start from the values before the fit (as logged) and run the fit on the fit rows.
+        let mut start = current.clone();
+        let mut fitted_fields = Vec::new();
+        for e in set.fit_log.iter().filter(|e| e.profile == name && e.note.starts_with("fit")) {
+            let param = FitParam::ALL.into_iter().find(|p| p.field() == e.field).expect("a fitted field");
+            param.set(&mut start, e.before);
+            fitted_fields.push((param, e.after));
+        }
+        let (after, _) = fit_profile(&set, &start).unwrap();
+        for (param, logged) in fitted_fields {
+            let (got, held) = (param.get(&after).unwrap(), param.get(&current).unwrap());
+            assert!((got - held).abs() <= 0.005 * held, "{name}.{}: profile {held}, fit {got}", param.field());
+            assert!((logged - held).abs() <= 1e-12, "{name}.{}: fit log {logged}, profile {held}", param.field());
+        }
+    }
+    // Transferred values equal the fitted ones they came from.
+    let sm8650 = DeviceProfile::builtin("sm8650").unwrap();
+    for e in set.fit_log.iter().filter(|e| e.note.starts_with("transferred")) {
+        let param = FitParam::ALL.into_iter().find(|p| p.field() == e.field).unwrap();
+        assert_eq!(param.get(&DeviceProfile::builtin(&e.profile).unwrap()), param.get(&sm8650), "{}", e.field);
+    }
+}
+
+/// Prints the split, the fit and every prediction (`--ignored --nocapture`).
+#[test]
+#[ignore]
+fn print_validation() {
+    let set = ValidationSet::builtin().unwrap();
+    let rule = set.rule_split();
+    for r in &set.rows {
+        println!("split {} {:?}", r.id, rule[&r.id]);
+    }
+    for name in ["sm8650", "sm8750", "sm8850"] {
+        let p = DeviceProfile::builtin(name).unwrap();
+        let (_, fitted) = fit_profile(&set, &p).unwrap();
+        for f in fitted {
+            println!("fit {name} {} {} -> {} (bound {}) rows {:?}", f.field, f.before, f.after, f.at_bound, f.rows);
+        }
+    }
+}
+
+/// Prints every prediction (`--ignored --nocapture`).
+#[test]
+#[ignore]
+fn print_predictions() {
+    let set = ValidationSet::builtin().unwrap();
+    let report = evaluate(&set).unwrap();
+    for r in &report.rows {
+        println!("row {:<50} {:?} {:>9.2} pred {:>9.2} x{:.2} s{}", r.id, r.split, r.published, r.predicted, r.factor, r.sessions);
+    }
+    for p in &report.profiles {
+        println!("profile {} heldout {:?} fit {:?}", p.profile, p.heldout, p.fit);
+    }
+}
