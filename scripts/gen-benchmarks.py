@@ -36,6 +36,7 @@ TITLES = {
     "store": "persisting step traces",
     "robustness": "hostile inputs",
     "serve": "the OpenAI-compatible server under load and faults",
+    "specar": "speculative decoding of autoregressive models (measured)",
 }
 TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "next"]
 SIM = "**SIMULATED**"
@@ -616,9 +617,56 @@ def render_generic(d):
     return "\n".join(out)
 
 
+def render_specar(d):
+    out = []
+    if d.get("method"):
+        out.append("Method (from the JSON): " + d["method"] + ".\n")
+    for key in ["tiny", "smollm2", "sweep_tiny"]:
+        p = d.get(key) or {}
+        if p.get("skipped"):
+            out.append(f"**{key}**: skipped ({p['skipped']}).\n")
+            continue
+        ms = p.get("methods") or {}
+        if not ms:
+            continue
+        out.append(f"### specar: {p.get('pair', key)}{' (sweep)' if key.startswith('sweep') else ''}\n")
+        out.append(f"Target {g(p.get('target_layers'))} layers; draft: {p.get('draft')}; {g(p.get('prompts'))} prompts, "
+                   f"up to {g(p.get('gen_length'))} tokens each, greedy.\n")
+        rows = []
+        for name, m in ms.items():
+            rows.append([f"`{name}`", fx(m.get("tokens_per_s"), 1), fx(m.get("speedup_vs_ar"), 2),
+                         f"{g(m.get('identical_outputs'))}/{g(m.get('runs'))}",
+                         pct(m.get("acceptance_rate")) if name != "ar" else NA,
+                         fx(m.get("tokens_per_target_forward"), 2) if name != "ar" else NA,
+                         g(m.get("wasted_drafts")) if name != "ar" else NA,
+                         fx(m.get("mean_queue_depth"), 1) if name.startswith("async") else NA])
+        out.append(table(["method", "tokens/s", "vs AR", "identical to AR", "acceptance", "tokens/target forward",
+                          "wasted drafts", "mean queue depth"], rows))
+        probe = p.get("self_draft_probe") or {}
+        if probe:
+            out.append("Self-draft depth probe: " + "; ".join(
+                f"{k}: sync {fx(v.get('speedup_sync_vs_ar'), 2)}x vs AR, acceptance {pct(v.get('acceptance_rate'))}"
+                for k, v in probe.items()) + ".\n")
+    sim = d.get("simulated_sm8750") or {}
+    if sim:
+        out.append(f"### specar: simulated phone ({SIM})\n")
+        out.append(f"{sim.get('device')}; target {sim.get('target')}, draft {sim.get('draft')}; prompt "
+                   f"{g(sim.get('prompt'))}, answer {g(sim.get('answer'))} tokens. Acceptance: "
+                   f"{sim.get('alpha_source')}. {sim.get('note')}.\n")
+        rows = []
+        for run in [sim.get("at_measured_alpha") or {}] + (sim.get("alpha_sweep") or []):
+            for name, x in sorted((run.get("schedules") or {}).items()):
+                rows.append([fx(run.get("alpha"), 3), f"`{name}`", fx(x.get("tokens_per_s"), 2),
+                             fx(x.get("j_per_token"), 3), fx(x.get("npu_busy_s"), 2), fx(x.get("pim_busy_s"), 2),
+                             g(x.get("verifications")), g(x.get("wasted_drafts"))])
+        out.append(table(["alpha", "schedule", "tokens/s (sim)", "J/token (sim)", "NPU busy s", "PIM busy s",
+                          "verifications", "wasted drafts"], rows))
+    return "\n".join(out)
+
+
 RENDER = {"forward": render_forward, "kernels": render_kernels, "decoding": render_decoding,
           "ablation": render_ablation, "quality": render_quality, "store": render_store,
-          "serve": render_serve}
+          "serve": render_serve, "specar": render_specar}
 
 
 # ----------------------------------------------------------------------------- document

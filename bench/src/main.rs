@@ -9,6 +9,7 @@ mod prose;
 mod quality;
 mod robustness;
 mod serve;
+mod specar;
 mod kernels;
 mod store;
 mod synth;
@@ -31,6 +32,7 @@ const SUITES: &[(&str, &str)] = &[
     ("store", "step-trace persistence: batched vs unbatched writes, recording overhead"),
     ("robustness", "hostile inputs: fuzzer, bad-input corpus vs the unmask binary, RSS soaks"),
     ("serve", "unmask serve under load: requests/s, time to first token, faults, no lost runs"),
+    ("specar", "speculative AR decoding: plain AR vs sync vs adaptive vs async, measured, lossless check"),
     ("versus", "side by side with llama.cpp's llama-diffusion-cli on the same GGUFs (speed, parity)"),
 ];
 
@@ -62,6 +64,7 @@ fn main() -> Result<()> {
             "robustness" => robustness::run(quick)?,
             "serve" => serve::run(quick)?,
             "versus" => versus::run(quick)?,
+            "specar" => specar::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

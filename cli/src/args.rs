@@ -15,6 +15,38 @@ pub struct ModelArg {
     pub model: Option<String>,
 }
 
+/// Speculative decoding of an autoregressive model with a draft model.
+#[derive(Args, Debug, Clone)]
+pub struct DraftArgs {
+    /// Draft model for speculative decoding (autoregressive targets only; same tokenizer as the
+    /// target): a path, a store name or an embedded name such as `tiny-draft`. The output is
+    /// the target's own (identical greedy tokens; the same distribution when sampling).
+    #[arg(long, value_name = "MODEL")]
+    pub draft: Option<String>,
+    /// How drafting and verification are scheduled: `sync` (fixed-length drafts, in turn),
+    /// `adaptive` (drafts stop by entropy and history), `async` (drafter and verifier on two
+    /// threads with queues between them).
+    #[arg(long, value_name = "SCHEDULE", requires = "draft")]
+    pub spec_schedule: Option<unmask_engine::decode::spec_ar::SpecSchedule>,
+    /// Drafts per verification (default 4).
+    #[arg(long, value_name = "N", requires = "draft")]
+    pub draft_len: Option<usize>,
+}
+
+impl DraftArgs {
+    /// The speculative settings the flags ask for.
+    pub fn settings(&self) -> unmask_engine::decode::spec_ar::SpecArSettings {
+        let mut s = unmask_engine::decode::spec_ar::SpecArSettings::default();
+        if let Some(x) = self.spec_schedule {
+            s.schedule = x;
+        }
+        if let Some(n) = self.draft_len {
+            s.draft_len = n;
+        }
+        s
+    }
+}
+
 /// Where the forward passes run.
 #[derive(Args, Debug, Clone)]
 pub struct BackendArgs {

@@ -12,7 +12,7 @@ use unmask_engine::decode::{CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::{load_model, ChatMessage, LoadedModel};
 use unmask_engine::run::{ModelParts, RunOutcome, RunPrompt, Session};
 
-use crate::args::{BackendArgs, DecodeArgs, ModelArg};
+use crate::args::{BackendArgs, DecodeArgs, DraftArgs, ModelArg};
 use crate::data::{self, Data, ResolvedModel};
 use crate::live::LiveCanvas;
 use crate::model_path;
@@ -51,21 +51,33 @@ struct Cli {
     data: Option<Data>,
 }
 
-fn open(model: &ModelArg, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Cli> {
+fn open(model: &ModelArg, backend: &BackendArgs, draft: &DraftArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Cli> {
     let spec = backend.spec()?;
     let data = if out.no_record { None } else { Some(Data::open(&data::data_dir(data_dir)?)?) };
-    let resolved = match data::resolve_model(model.model.as_deref(), data.as_ref()) {
-        Ok(r) => r,
-        // Without recording the store is only asked when nothing else knows the name.
-        Err(e) if data.is_none() && model.model.is_some() => match Data::open(&data::data_dir(data_dir)?) {
-            Ok(d) => data::resolve_model(model.model.as_deref(), Some(&d)).map_err(|_| e)?,
-            Err(_) => return Err(e),
-        },
-        Err(e) => return Err(e),
-    };
+    let resolved = resolve(model.model.as_deref(), data.as_ref(), data_dir)?;
     let parts = Arc::new(ModelParts::from(load(&resolved.path)?));
-    let session = Session::open(parts, &spec)?;
+    let mut session = Session::open(parts, &spec)?;
+    if let Some(name) = draft.draft.as_deref() {
+        let draft_model = resolve(Some(name), data.as_ref(), data_dir)?;
+        let draft_parts = Arc::new(ModelParts::from(load(&draft_model.path).context("loading the draft model")?));
+        session
+            .set_draft(draft_parts, draft.settings())
+            .map_err(|e| crate::exit::fail(crate::exit::USAGE, format!("--draft {name}: {e}")))?;
+    }
     Ok(Cli { session, model: resolved, data })
+}
+
+/// A model name or path as `--model` takes it.
+fn resolve(name: Option<&str>, data: Option<&Data>, data_dir: Option<&Path>) -> Result<ResolvedModel> {
+    match data::resolve_model(name, data) {
+        Ok(r) => Ok(r),
+        // Without recording the store is only asked when nothing else knows the name.
+        Err(e) if data.is_none() && name.is_some() => match Data::open(&data::data_dir(data_dir)?) {
+            Ok(d) => data::resolve_model(name, Some(&d)).map_err(|_| e),
+            Err(_) => Err(e),
+        },
+        Err(e) => Err(e),
+    }
 }
 
 /// Loads a model; the context names the path only when the error itself does not already.
@@ -133,7 +145,7 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
                 "tokens_per_forward": o.answer_tokens_per_forward(),
                 "canvas_tokens_per_forward": d.tokens_per_forward, "wall_s": d.wall_s,
                 "simulated_s": d.simulated_s, "stop_reason": d.stop_reason, "backend": backend, "executor": executor,
-                "run_id": run_id,
+                "run_id": run_id, "speculation": o.speculation,
             }))?
         );
         return Ok(());
@@ -142,6 +154,18 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
     if out.stats {
         let sim = d.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
         let run = run_id.map(|id| format!(" · run {id}")).unwrap_or_default();
+        if let Some(sp) = &o.speculation {
+            eprintln!(
+                "[speculative {}] {} drafted, {} judged, {} accepted ({:.0} %), {} target + {} draft forwards",
+                sp.schedule.map(|s| s.to_string()).unwrap_or_default(),
+                sp.drafted,
+                sp.offered,
+                sp.accepted,
+                100.0 * sp.acceptance_rate(),
+                sp.verify_forwards,
+                sp.draft_forwards
+            );
+        }
         eprintln!(
             "[{backend}] {} answer tokens in {} steps, {} forwards, {:.2} answer tokens/forward, {:.2} s wall{sim}{run}",
             o.answer_tokens,
@@ -207,16 +231,18 @@ fn recorded_run(
 }
 
 /// `unmask generate PROMPT`.
+#[allow(clippy::too_many_arguments)]
 pub fn run_generate(
     prompt: &str,
     raw: bool,
     model: &ModelArg,
     decode: &DecodeArgs,
     backend: &BackendArgs,
+    draft: &DraftArgs,
     out: &OutputArgs,
     data_dir: Option<&Path>,
 ) -> Result<()> {
-    let mut c = open(model, backend, out, data_dir)?;
+    let mut c = open(model, backend, draft, out, data_dir)?;
     let settings = c.session.settings(&decode.overrides())?;
     let messages = [ChatMessage::user(prompt)];
     let ids = c.session.prompt_ids(if raw { RunPrompt::Raw(prompt) } else { RunPrompt::Chat(&messages) })?;
@@ -226,8 +252,15 @@ pub fn run_generate(
 }
 
 /// `unmask chat`: one reply per input line until EOF or /quit; each reply is a recorded run.
-pub fn run_chat(model: &ModelArg, decode: &DecodeArgs, backend: &BackendArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<()> {
-    let mut c = open(model, backend, out, data_dir)?;
+pub fn run_chat(
+    model: &ModelArg,
+    decode: &DecodeArgs,
+    backend: &BackendArgs,
+    draft: &DraftArgs,
+    out: &OutputArgs,
+    data_dir: Option<&Path>,
+) -> Result<()> {
+    let mut c = open(model, backend, draft, out, data_dir)?;
     let settings = c.session.settings(&decode.overrides())?;
     let mut history: Vec<ChatMessage> = Vec::new();
     let interactive = std::io::stdin().is_terminal();

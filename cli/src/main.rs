@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use args::{BackendArgs, DecodeArgs, ModelArg};
+use args::{BackendArgs, DecodeArgs, DraftArgs, ModelArg};
 
 /// Closing text of `generate --help` and `chat --help`: settings precedence, where defaults
 /// differ from upstream, exit codes.
@@ -73,6 +73,8 @@ enum Command {
         #[command(flatten)]
         backend: BackendArgs,
         #[command(flatten)]
+        draft: DraftArgs,
+        #[command(flatten)]
         output: generate::OutputArgs,
     },
     /// Interactive multi-turn chat (reads lines from standard input; /reset, /quit). Each reply
@@ -85,6 +87,8 @@ enum Command {
         decode: DecodeArgs,
         #[command(flatten)]
         backend: BackendArgs,
+        #[command(flatten)]
+        draft: DraftArgs,
         #[command(flatten)]
         output: generate::OutputArgs,
     },
@@ -135,11 +139,13 @@ fn main() -> ExitCode {
     unmask_engine::threads::init(cli.threads);
     let dd = cli.data_dir.as_deref();
     let result = match cli.command {
-        Command::Generate { prompt, prompt_file, raw, model, decode, backend, output } => {
+        Command::Generate { prompt, prompt_file, raw, model, decode, backend, draft, output } => {
             generate::read_prompt(prompt, prompt_file.as_deref())
-                .and_then(|p| generate::run_generate(&p, raw, &model, &decode, &backend, &output, dd))
+                .and_then(|p| generate::run_generate(&p, raw, &model, &decode, &backend, &draft, &output, dd))
         }
-        Command::Chat { model, decode, backend, output } => generate::run_chat(&model, &decode, &backend, &output, dd),
+        Command::Chat { model, decode, backend, draft, output } => {
+            generate::run_chat(&model, &decode, &backend, &draft, &output, dd)
+        }
         Command::Info { model, json } => generate::run_info(&model, json, dd),
         Command::Models { action } => models_cmd::run(action, dd),
         Command::Runs { action } => runs_cmd::run(action, dd),

@@ -138,3 +138,34 @@ fn info_and_data_dir_flag() {
     assert!(out.status.success());
     assert!(other.path().join("unmask.db").exists());
 }
+
+#[test]
+fn a_draft_model_changes_no_token() {
+    let env = Env::new();
+    let base = ["generate", "Continue: the old man and the", "-m", "tiny-ar", "--json", "--no-record", "--gen-length", "24"];
+    let plain = env.json(&base);
+    for schedule in ["sync", "adaptive", "async"] {
+        let mut a = base.to_vec();
+        a.extend(["--draft", "tiny-draft", "--spec-schedule", schedule, "--draft-len", "3"]);
+        let v = env.json(&a);
+        assert_eq!(v["tokens"], plain["tokens"], "{schedule}");
+        assert_eq!(v["text"], plain["text"]);
+        let sp = &v["speculation"];
+        assert_eq!(sp["schedule"], schedule);
+        assert!(sp["drafted"].as_u64().unwrap() > 0 && sp["verify_forwards"].as_u64().unwrap() == v["forwards"].as_u64().unwrap());
+    }
+    assert!(plain["speculation"].is_null());
+}
+
+#[test]
+fn a_draft_for_a_diffusion_model_or_another_vocabulary_is_refused() {
+    let env = Env::new();
+    let out = env.run(&["generate", "hi", "--draft", "tiny-draft", "--no-record"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("diffusion model"), "{out:?}");
+    let out = env.run(&["generate", "hi", "-m", "tiny-ar", "--draft", "tiny-llada", "--no-record"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("autoregressive"));
+    let out = env.run(&["generate", "hi", "-m", "tiny-ar", "--spec-schedule", "async", "--no-record"]);
+    assert_eq!(out.status.code(), Some(2), "--spec-schedule needs --draft");
+}

@@ -38,6 +38,18 @@ impl ArPrefixCache {
     pub fn clear(&mut self) {
         *self = ArPrefixCache::default();
     }
+    /// Takes the kept K/V and how many leading tokens of `prompt` it holds, when some are reusable.
+    pub(crate) fn take_reusable(&mut self, prompt: &[u32]) -> Option<(KvCache, usize)> {
+        let common = self.reusable(prompt);
+        self.tokens.clear();
+        let cache = self.cache.take()?;
+        (common > 0).then_some((cache, common))
+    }
+    /// Keeps `cache`, whose K/V are valid for `tokens`, for the next call.
+    pub(crate) fn store(&mut self, cache: KvCache, tokens: &[u32]) {
+        self.cache = Some(cache);
+        self.tokens = tokens.to_vec();
+    }
 }
 
 /// Picks the next token from a logits row: argmax at temperature 0, else temperature, top-p,

@@ -42,6 +42,7 @@ pub mod policy;
 pub mod revision;
 pub mod sampling;
 pub mod settings;
+pub mod spec_ar;
 pub mod speculative;
 pub mod threshold;
 pub mod tiled_kv;

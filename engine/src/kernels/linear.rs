@@ -123,7 +123,19 @@ impl Linear {
 
     /// Converts the storage for `choice`, consuming `self` so the loaded bytes are dropped.
     pub fn repack(self, choice: KernelChoice) -> Result<Linear> {
+        self.repack_widening(choice, false)
+    }
+
+    /// As [`Linear::repack`]; with `widen_half` and [`KernelChoice::Auto`], f16/bf16 weights are
+    /// widened to f32 panels too (exact; twice the memory) instead of being converted at every
+    /// use, which dominates small models' decoding.
+    pub fn repack_widening(self, choice: KernelChoice, widen_half: bool) -> Result<Linear> {
         let (n, k) = (self.n_out, self.k_in);
+        let half = matches!(&self.storage, WeightStorage::Packed { dtype: DType::F16 | DType::BF16, .. });
+        if choice == KernelChoice::Auto && widen_half && half && super::f32gemm::available() {
+            let packed = PackedF32::pack(n, k, |j, out| self.row_into(j, out));
+            return Ok(Linear { name: self.name, n_out: n, k_in: k, storage: WeightStorage::F32Packed(Arc::new(packed)) });
+        }
         let group = match (choice, &self.storage) {
             (KernelChoice::Float, _) => return Ok(self),
             (KernelChoice::Auto, WeightStorage::Packed { dtype, .. }) if dtype.block_elems() > 1 => ScaleGroup::Block32,

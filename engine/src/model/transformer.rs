@@ -69,7 +69,7 @@ impl ForwardOutput {
 
 /// Where a forward takes each layer's (and the LM head's) weights from: the resident weights, or
 /// copies a staging thread prepared (the virtual NPU's swap-optimized memory runtime).
-pub trait LayerSource {
+pub trait LayerSource: Send {
     /// Runs `f` on the weights of layer `li`.
     fn with_layer(&mut self, li: usize, f: &mut dyn FnMut(&LayerWeights) -> Result<f64>) -> Result<f64>;
     /// Runs `f` on the LM head.
@@ -229,6 +229,12 @@ impl Transformer {
         mut cache: Option<&mut KvCache>,
         layers: &mut dyn LayerSource,
     ) -> Result<ForwardOutput> {
+        if rayon::current_thread_index().is_none() {
+            // Called from outside the worker pool: hand the whole forward to it once, instead of
+            // once per kernel call (each hand-off is two context switches, which dominated small
+            // models' decoding).
+            return rayon::scope(|_| self.forward_with(req, cache, layers));
+        }
         self.check(req, cache.as_deref())?;
         let c = &self.config;
         let n = req.tokens.len();

@@ -258,48 +258,71 @@ impl ModelWeights {
     /// Every multiplied matrix converted for `choice`, consuming `self` so loaded bytes are
     /// released as each is repacked (a tied head shares the repacked embedding).
     pub fn repack(self, choice: KernelChoice) -> Result<Self> {
+        // Half-precision weights of a small model are widened to f32 once: converting them at
+        // every forward costs more than the math at decoding shapes; large models keep their
+        // memory footprint.
+        let widen = self.half_matrix_elems() * 4 <= WIDEN_HALF_UP_TO_BYTES;
+        let rp = |l: Linear| l.repack_widening(choice, widen);
         let ModelWeights { embedding, layers, final_norm, lm_head, tied_head } = self;
         // An untied embedding is only row-gathered: keep its loaded (smallest, possibly mapped) form.
         let (embedding, lm_head) = if tied_head {
-            let e = embedding.repack(choice)?;
+            let e = rp(embedding)?;
             (e.clone(), e)
         } else {
-            (embedding, lm_head.repack(choice)?)
+            (embedding, rp(lm_head)?)
         };
         let layers = layers
             .into_iter()
             .map(|l| {
                 let ffn = match l.ffn {
                     FeedForward::Dense { gate, up, down } => FeedForward::Dense {
-                        gate: gate.repack(choice)?,
-                        up: up.repack(choice)?,
-                        down: down.repack(choice)?,
+                        gate: rp(gate)?,
+                        up: rp(up)?,
+                        down: rp(down)?,
                     },
                     FeedForward::Moe { router, experts } => FeedForward::Moe {
-                        router: router.repack(choice)?,
+                        router: rp(router)?,
                         experts: experts
                             .into_iter()
                             .map(|e| {
                                 Ok(Expert {
-                                    gate: e.gate.repack(choice)?,
-                                    up: e.up.repack(choice)?,
-                                    down: e.down.repack(choice)?,
+                                    gate: rp(e.gate)?,
+                                    up: rp(e.up)?,
+                                    down: rp(e.down)?,
                                 })
                             })
                             .collect::<Result<_>>()?,
                     },
                 };
                 Ok(LayerWeights {
-                    wq: l.wq.repack(choice)?,
-                    wk: l.wk.repack(choice)?,
-                    wv: l.wv.repack(choice)?,
-                    wo: l.wo.repack(choice)?,
+                    wq: rp(l.wq)?,
+                    wk: rp(l.wk)?,
+                    wv: rp(l.wv)?,
+                    wo: rp(l.wo)?,
                     ffn,
                     ..l
                 })
             })
             .collect::<Result<_>>()?;
         Ok(ModelWeights { embedding, layers, final_norm, lm_head, tied_head })
+    }
+
+    /// Elements of all f16/bf16 weight matrices.
+    fn half_matrix_elems(&self) -> usize {
+        let mut all: Vec<&Linear> = vec![&self.embedding, &self.lm_head];
+        for l in &self.layers {
+            all.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
+            match &l.ffn {
+                FeedForward::Dense { gate, up, down } => all.extend([gate, up, down]),
+                FeedForward::Moe { router, experts } => {
+                    all.push(router);
+                    for e in experts {
+                        all.extend([&e.gate, &e.up, &e.down]);
+                    }
+                }
+            }
+        }
+        all.iter().filter(|l| matches!(l.dtype(), DType::F16 | DType::BF16)).map(|l| l.n_out * l.k_in).sum()
     }
 
     /// Bytes of all weight matrices (norms and biases excluded).
@@ -323,6 +346,9 @@ impl ModelWeights {
         b
     }
 }
+
+/// Models whose half-precision matrices widen to at most this many f32 bytes are widened at load.
+const WIDEN_HALF_UP_TO_BYTES: usize = 1 << 30;
 
 fn load_experts(
     src: &dyn TensorSource,

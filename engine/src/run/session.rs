@@ -9,9 +9,11 @@ use super::backend_spec::BackendSpec;
 use super::executor::{Executor, RunTimeline};
 use super::overrides::{effective_settings, SettingsOverrides};
 use super::stop::stop_ids;
+use crate::backend::cpu::CpuBackend;
 use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
+use crate::decode::spec_ar::{generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
 use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::model::{load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
 
 /// A loaded model's parts that runs need, shareable between sessions (the app caches one).
@@ -65,6 +67,8 @@ pub struct RunOutcome {
     pub prompt_tokens: usize,
     /// The run's slice of the virtual NPU timeline (simulated backends only).
     pub timeline: Option<RunTimeline>,
+    /// What speculative decoding did (runs with a draft model only).
+    pub speculation: Option<SpecArStats>,
 }
 
 impl RunOutcome {
@@ -78,6 +82,15 @@ impl RunOutcome {
     }
 }
 
+/// A draft model for speculative decoding of a causal target, on the CPU (next to the target's
+/// backend), with its settings and the K/V both models keep between turns.
+pub struct DraftModel {
+    model: Arc<ModelParts>,
+    backend: CpuBackend,
+    pub settings: SpecArSettings,
+    caches: SpecArCaches,
+}
+
 /// One model on one backend.
 pub struct Session {
     model: Arc<ModelParts>,
@@ -85,13 +98,44 @@ pub struct Session {
     executor: Executor,
     /// K/V of the previous prompt (causal models: a later turn forwards only its new suffix).
     ar_cache: ArPrefixCache,
+    draft: Option<DraftModel>,
 }
 
 impl Session {
     /// Builds `backend` for `model`.
     pub fn open(model: Arc<ModelParts>, backend: &BackendSpec) -> Result<Self> {
         let executor = Executor::build(backend, model.transformer.clone())?;
-        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default() })
+        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default(), draft: None })
+    }
+
+    /// Decodes with speculative decoding from now on, `draft` proposing tokens for this
+    /// session's (causal) model. Refuses a diffusion target and a pair that does not share a
+    /// vocabulary.
+    pub fn set_draft(&mut self, draft: Arc<ModelParts>, settings: SpecArSettings) -> Result<()> {
+        settings.validate()?;
+        let (t, d) = (&self.model.transformer.config, &draft.transformer.config);
+        if t.arch.is_diffusion() {
+            return Err(EngineError::InvalidRequest(
+                "speculative decoding with a draft model is for autoregressive models; this model is a diffusion model".into(),
+            ));
+        }
+        if d.arch.is_diffusion() {
+            return Err(EngineError::InvalidRequest("the draft model must be autoregressive (causal), not a diffusion model".into()));
+        }
+        if t.vocab != d.vocab {
+            return Err(EngineError::InvalidRequest(format!(
+                "the draft model's vocabulary ({} tokens) differs from the target's ({} tokens); speculative decoding needs the same tokenizer",
+                d.vocab, t.vocab
+            )));
+        }
+        let backend = CpuBackend::new(draft.transformer.clone());
+        self.draft = Some(DraftModel { model: draft, backend, settings, caches: SpecArCaches::default() });
+        Ok(())
+    }
+
+    /// The draft model and its settings, when speculative decoding is on.
+    pub fn draft(&self) -> Option<(&ModelParts, &SpecArSettings)> {
+        self.draft.as_ref().map(|d| (d.model.as_ref(), &d.settings))
     }
 
     /// The model.
@@ -105,6 +149,9 @@ impl Session {
     /// Forgets the K/V kept from earlier prompts (a conversation starts over).
     pub fn forget_context(&mut self) {
         self.ar_cache.clear();
+        if let Some(d) = self.draft.as_mut() {
+            d.caches.clear();
+        }
     }
     /// The backend's spec.
     pub fn backend(&self) -> &BackendSpec {
@@ -153,8 +200,14 @@ impl Session {
         let mark = self.executor.timeline_mark();
         let diffusion = self.model.transformer.config.arch.is_diffusion();
         let backend = self.executor.as_dyn();
+        let mut speculation = None;
         let output = if diffusion {
             generate_dyn(backend, prompt_ids, settings, cancel, on_frame)?
+        } else if let Some(d) = self.draft.as_mut() {
+            let (out, stats) =
+                generate_speculative(backend, &mut d.backend, prompt_ids, settings, &d.settings, cancel, on_frame, &mut d.caches)?;
+            speculation = Some(stats);
+            out
         } else {
             generate_ar_reusing(backend, prompt_ids, settings, cancel, on_frame, &mut self.ar_cache)?
         };
@@ -163,6 +216,6 @@ impl Session {
         let answer_tokens = (answer.len() + 1).min(output.tokens.len());
         let text = self.model.tokenizer.decode(&answer, true);
         let timeline = self.executor.timeline_since(mark);
-        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline })
+        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline, speculation })
     }
 }

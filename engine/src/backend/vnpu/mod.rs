@@ -9,9 +9,11 @@
 pub mod calibrate;
 pub mod cost;
 pub mod cpu_path;
+pub mod pim;
 pub mod profile;
 pub mod replay;
 pub mod sim;
+pub mod spec_schedule;
 pub mod validation;
 
 use std::collections::{HashMap, HashSet};
