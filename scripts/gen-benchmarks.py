@@ -642,6 +642,12 @@ def render_specar(d):
                          fx(m.get("mean_queue_depth"), 1) if name.startswith("async") else NA])
         out.append(table(["method", "tokens/s", "vs AR", "identical to AR", "acceptance", "tokens/target forward",
                           "wasted drafts", "mean queue depth"], rows))
+        vc = (p.get("verify_cost") or {}).get("tokens") or {}
+        if vc:
+            out.append(f"Target forward of 1 + k tokens after a {g(p['verify_cost'].get('context'))}-token context, "
+                       "relative to one token (measured; a perfect draft's ceiling is tokens / ratio): " +
+                       ", ".join(f"{k} tokens {fx(v.get('ratio_to_one_token'), 2)}x ({fx(1e3 * v.get('median_s', 0), 1)} ms)"
+                                 for k, v in sorted(vc.items(), key=lambda kv: int(kv[0]))) + ".\n")
         probe = p.get("self_draft_probe") or {}
         if probe:
             out.append("Self-draft depth probe: " + "; ".join(

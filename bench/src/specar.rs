@@ -305,6 +305,7 @@ pub fn run(quick: bool) -> Result<Value> {
             let mut j = pair_json(&smol, &methods, &s);
             if let Value::Object(m) = &mut j {
                 m.insert("self_draft_probe".into(), Value::Object(probe));
+                m.insert("verify_cost".into(), verify_cost(&smol.target, if quick { 5 } else { 15 })?);
             }
             result.insert("smollm2".into(), j);
         }
@@ -377,4 +378,40 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
         "alpha_sweep": sweep,
         "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8",
     }))
+}
+
+/// What verifying k drafts costs the target relative to one token (one forward of 1 + k tokens
+/// after a 128-token context, median of `reps`): the ceiling a perfect draft could reach is
+/// `(k + 1) / ratio`. Measured.
+fn verify_cost(target: &Arc<Transformer>, reps: usize) -> Result<Value> {
+    use unmask_engine::backend::Backend;
+    use unmask_engine::model::{ForwardRequest, KvMode};
+    let mut be = CpuBackend::new(target.clone());
+    let ctx = 128usize;
+    let mut cache = be.new_cache(ctx + 16);
+    let toks: Vec<u32> = (0..ctx as u32 + 16).map(|i| 100 + (i * 7) % 1000).collect();
+    let pos: Vec<usize> = (0..ctx + 16).collect();
+    be.forward(&ForwardRequest { tokens: &toks[..ctx], positions: &pos[..ctx], logits_rows: &[ctx - 1], kv: KvMode::ReadWrite }, Some(&mut cache))?;
+    let mut rows = serde_json::Map::new();
+    let mut base = f64::NAN;
+    for m in [1usize, 2, 3, 5, 9] {
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            cache.invalidate_from(ctx);
+            let req_rows: Vec<usize> = (0..m).collect();
+            let t0 = Instant::now();
+            be.forward(
+                &ForwardRequest { tokens: &toks[ctx..ctx + m], positions: &pos[ctx..ctx + m], logits_rows: &req_rows, kv: KvMode::ReadWrite },
+                Some(&mut cache),
+            )?;
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let med = times[times.len() / 2];
+        if m == 1 {
+            base = med;
+        }
+        rows.insert(format!("{m}"), json!({"median_s": med, "ratio_to_one_token": med / base}));
+    }
+    Ok(json!({"context": ctx, "reps": reps, "tokens": rows}))
 }

@@ -333,3 +333,26 @@ fn sampled_output_follows_the_target_distribution() {
         assert!(stats_total.accepted > 0 && stats_total.rejections > 0, "{schedule}: {stats_total:?}");
     }
 }
+
+/// The target on the virtual NPU (verifications charged simulated time), the draft on the CPU:
+/// same tokens as plain AR on the virtual NPU, and the simulated time covers only the target.
+#[test]
+fn a_virtual_npu_target_stays_exact_and_is_charged_simulated_time() {
+    use unmask_engine::backend::vnpu::profile::DeviceProfile;
+    use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
+    let (target_m, draft_m) = (load("tiny-ar"), load("tiny-draft"));
+    let npu = || VirtualNpu::new(target_m.transformer.clone(), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let mut draft = cpu(&draft_m);
+    let p = chat_prompt(&target_m, "What is 417+285?");
+    let s = greedy(32);
+    let mut plain = npu();
+    let reference = generate_ar(&mut plain, &p, &s, &CancelFlag::new(), &mut discard_frames).unwrap();
+    for schedule in SCHEDULES {
+        let mut target = npu();
+        let spec = SpecArSettings { schedule, ..Default::default() };
+        let (out, stats, _) = speculate(&mut target, &mut draft, &p, &s, &spec);
+        assert_eq!(out.tokens, reference.tokens, "{schedule}");
+        assert!(out.simulated_s.is_some_and(|t| t > 0.0), "{schedule}");
+        assert_eq!(stats.verify_forwards, out.forwards);
+    }
+}
