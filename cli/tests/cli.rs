@@ -169,3 +169,13 @@ fn a_draft_for_a_diffusion_model_or_another_vocabulary_is_refused() {
     let out = env.run(&["generate", "hi", "-m", "tiny-ar", "--spec-schedule", "async", "--no-record"]);
     assert_eq!(out.status.code(), Some(2), "--spec-schedule needs --draft");
 }
+
+#[test]
+fn an_autoregressive_model_runs_with_its_own_defaults() {
+    // tiny-ar's generation_config.json sets gen_length 16 and nothing about blocks.
+    let env = Env::new();
+    let v = env.json(&["generate", "What is 12+7?", "-m", "tiny-ar", "--json", "--no-record"]);
+    assert_eq!(v["tokens"].as_array().unwrap().len().min(16), v["tokens"].as_array().unwrap().len());
+    let v = env.json(&["generate", "What is 12+7?", "-m", "tiny-ar", "--draft", "tiny-draft", "--json", "--no-record"]);
+    assert!(v["speculation"]["accepted"].is_u64());
+}

@@ -144,6 +144,18 @@ pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user
     }
     s.speculative = user.speculative.clone();
     s.revision = user.revision.clone();
+    if !cfg.arch.is_diffusion() {
+        // Autoregressive decoding has no blocks or denoising steps: one token per step. Without
+        // this a model default such as tiny-ar's gen_length 16 fails the block check.
+        s.block_length = s.gen_length;
+        s.steps = s.gen_length;
+    } else if defaults.block_length.is_none() && user.block_length.is_none() && !s.gen_length.is_multiple_of(s.block_length.max(1)) {
+        // A model default length that the default block does not divide is one block.
+        s.block_length = s.gen_length;
+        if user.steps.is_none() && user.threshold.is_none() {
+            s.steps = s.steps.clamp(1, s.gen_length.max(1));
+        }
+    }
     s
 }
 
@@ -193,6 +205,21 @@ mod tests {
         c.arch = arch;
         c.shift_logits = arch == Architecture::Dream;
         c
+    }
+
+    #[test]
+    fn an_autoregressive_model_default_length_needs_no_block_arithmetic() {
+        // tiny-ar's generation_config.json: gen_length 16, nothing about blocks.
+        let d = GenerationDefaults { gen_length: Some(16), ..Default::default() };
+        for user in [SettingsOverrides::default(), SettingsOverrides { gen_length: Some(24), ..Default::default() }] {
+            let s = effective_settings(&cfg(Architecture::Llama), &d, &user);
+            s.validate().unwrap();
+            assert_eq!(s.block_length, s.gen_length);
+        }
+        // A diffusion model with the same defaults decodes them as one block.
+        let s = effective_settings(&cfg(Architecture::Llada), &d, &SettingsOverrides::default());
+        s.validate().unwrap();
+        assert_eq!((s.gen_length, s.block_length), (16, 16));
     }
 
     #[test]
