@@ -60,8 +60,10 @@ impl std::fmt::Display for SpecSchedule {
     }
 }
 
-/// The knobs of speculative AR decoding. Defaults come from the `specar` benchmark's sweep
-/// (see docs/speculative-ar.md).
+/// The knobs of speculative AR decoding. The `specar` benchmark sweeps them (draft length per
+/// schedule, each control on and off); the defaults are the asynchronous design with AHASD's
+/// controls, which the sweep has not yet shown to be fastest on a 2-core CPU with the embedded
+/// pair (there the synchronous schedule with short drafts measures best; docs/benchmarks.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SpecArSettings {
