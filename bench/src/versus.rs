@@ -43,6 +43,18 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A path as results record it: relative to the repository root, so a result names no
+/// machine's folders.
+fn shown(p: &Path) -> String {
+    let (Ok(root), Ok(full)) = (root().canonicalize(), p.canonicalize()) else {
+        return p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    };
+    match full.strip_prefix(&root) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => full.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    }
+}
+
 /// Builds (or finds) `llama-diffusion-cli`.
 fn llama_cli() -> Result<PathBuf> {
     let script = root().join("scripts/versus/build-llamacpp.sh");
@@ -228,7 +240,7 @@ fn compare(cli: &Path, gguf: &Path, reps: usize, threads: usize) -> Result<Value
         );
     }
     Ok(json!({
-        "gguf": gguf.display().to_string(), "question": q, "prompt_tokens": prompt.len(),
+        "gguf": shown(&gguf), "question": q, "prompt_tokens": prompt.len(),
         "canvas": CANVAS, "block": BLOCK, "steps_per_block": STEPS_PER_BLOCK, "threads": threads, "reps": reps,
         "llamacpp": {"per_step_s": stats(&ll_step), "median_step_s": stats(&ll_fwd_median), "forwards": ll_forwards,
                      "steps_arg": llama_steps},
@@ -383,7 +395,7 @@ pub fn run(quick: bool) -> Result<Value> {
     });
     Ok(json!({
         "headline": headline,
-        "llamacpp": {"binary": cli.display().to_string(), "source": "llama-cpp-python 0.3.36 sdist (vendored llama.cpp), scripts/versus/build-llamacpp.sh",
+        "llamacpp": {"binary": shown(&cli), "source": "llama-cpp-python 0.3.36 sdist (vendored llama.cpp), scripts/versus/build-llamacpp.sh",
                      "flags": "-ub/-c/-b 256, --diffusion-block-length 32, --top-k 1 --temp 0, -t/-tb = threads"},
         "llada8b_2layer_q8_0": big_cmp,
         "tiny_llada_q8_0": tiny_cmp,

@@ -38,12 +38,21 @@ impl ArPrefixCache {
     pub fn clear(&mut self) {
         *self = ArPrefixCache::default();
     }
-    /// Takes the kept K/V and how many leading tokens of `prompt` it holds, when some are reusable.
-    pub(crate) fn take_reusable(&mut self, prompt: &[u32]) -> Option<(KvCache, usize)> {
+    /// A cache of `capacity` positions for `prompt`: the kept one (grown, valid for the leading
+    /// tokens it shares with `prompt`) when it fits `backend`'s model, else a new one; with the
+    /// number of leading tokens already in it. The kept state is handed over.
+    pub(crate) fn take_for(&mut self, backend: &dyn Backend, prompt: &[u32], capacity: usize) -> (KvCache, usize) {
         let common = self.reusable(prompt);
         self.tokens.clear();
-        let cache = self.cache.take()?;
-        (common > 0).then_some((cache, common))
+        let cfg = backend.config();
+        match self.cache.take() {
+            Some(mut c) if common > 0 && c.n_layers() == cfg.n_layers && c.kv_dim() == cfg.kv_dim() => {
+                c.grow(capacity);
+                c.invalidate_from(common);
+                (c, common)
+            }
+            _ => (backend.new_cache(capacity), 0),
+        }
     }
     /// Keeps `cache`, whose K/V are valid for `tokens`, for the next call.
     pub(crate) fn store(&mut self, cache: KvCache, tokens: &[u32]) {
@@ -101,16 +110,7 @@ pub fn generate_ar_reusing(
     let t0 = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     let mut canvas = Canvas::new(prompt, settings.gen_length, placeholder);
-    let common = reuse.reusable(prompt);
-    let mut cache = match reuse.cache.take() {
-        Some(mut c) if common > 0 && c.n_layers() == cfg.n_layers && c.kv_dim() == cfg.kv_dim() => {
-            c.grow(len);
-            c.invalidate_from(common);
-            c
-        }
-        _ => backend.new_cache(len),
-    };
-    reuse.tokens.clear();
+    let (mut cache, common) = reuse.take_for(backend, prompt, len);
     let positions: Vec<usize> = (0..len).collect();
     let (mut tokens, mut frames, mut simulated) = (Vec::new(), 0usize, None::<f64>);
     let mut stop_reason = StopReason::Completed;

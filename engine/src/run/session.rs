@@ -11,9 +11,9 @@ use super::overrides::{effective_settings, SettingsOverrides};
 use super::stop::stop_ids;
 use crate::backend::cpu::CpuBackend;
 use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
-use crate::decode::spec_ar::{generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
+use crate::decode::spec_ar::{check_pair, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
 use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::model::{load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
 
 /// A loaded model's parts that runs need, shareable between sessions (the app caches one).
@@ -113,21 +113,7 @@ impl Session {
     /// vocabulary.
     pub fn set_draft(&mut self, draft: Arc<ModelParts>, settings: SpecArSettings) -> Result<()> {
         settings.validate()?;
-        let (t, d) = (&self.model.transformer.config, &draft.transformer.config);
-        if t.arch.is_diffusion() {
-            return Err(EngineError::InvalidRequest(
-                "speculative decoding with a draft model is for autoregressive models; this model is a diffusion model".into(),
-            ));
-        }
-        if d.arch.is_diffusion() {
-            return Err(EngineError::InvalidRequest("the draft model must be autoregressive (causal), not a diffusion model".into()));
-        }
-        if t.vocab != d.vocab {
-            return Err(EngineError::InvalidRequest(format!(
-                "the draft model's vocabulary ({} tokens) differs from the target's ({} tokens); speculative decoding needs the same tokenizer",
-                d.vocab, t.vocab
-            )));
-        }
+        check_pair(&self.model.transformer.config, &draft.transformer.config)?;
         let backend = CpuBackend::new(draft.transformer.clone());
         self.draft = Some(DraftModel { model: draft, backend, settings, caches: SpecArCaches::default() });
         Ok(())

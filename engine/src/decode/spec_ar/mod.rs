@@ -210,14 +210,12 @@ pub fn generate_speculative(
     let cfg = target.config().clone();
     check_ar_request(&cfg, prompt, settings)?;
     spec.validate()?;
-    check_pair(target, draft)?;
+    check_pair(target.config(), draft.config())?;
     super::settings::check_fits(draft.config(), prompt.len(), settings)?;
     let capacity = prompt.len() + settings.gen_length + 1;
     let mut run = RunState::new(&cfg, prompt, settings);
-    let target_reuse = reuse.target.take_reusable(prompt);
-    let draft_reuse = reuse.draft.take_reusable(prompt);
-    let mut verifier = Verifier::new(target, prompt, capacity, target_reuse);
-    let mut drafter = Drafter::new(draft, prompt, capacity, draft_reuse);
+    let mut verifier = Verifier::new(target, prompt, capacity, &mut reuse.target);
+    let mut drafter = Drafter::new(draft, prompt, capacity, &mut reuse.draft);
     let mut rng = ChaCha8Rng::seed_from_u64(settings.seed);
     let mut stats = SpecArStats { schedule: Some(spec.schedule), ..Default::default() };
     match spec.schedule {
@@ -238,16 +236,20 @@ pub fn generate_speculative(
     Ok((run.finish(stats.verify_forwards), stats))
 }
 
-/// The target and draft must share a vocabulary and both be causal.
-fn check_pair(target: &dyn Backend, draft: &dyn Backend) -> Result<()> {
-    let (t, d) = (target.config(), draft.config());
-    if d.arch.is_diffusion() {
+/// A target/draft pair speculative decoding can run: both causal, one vocabulary.
+pub fn check_pair(target: &crate::model::ModelConfig, draft: &crate::model::ModelConfig) -> Result<()> {
+    if target.arch.is_diffusion() {
+        return Err(EngineError::InvalidRequest(
+            "speculative decoding with a draft model is for autoregressive models; this model is a diffusion model".into(),
+        ));
+    }
+    if draft.arch.is_diffusion() {
         return Err(EngineError::InvalidRequest("the draft model must be autoregressive (causal), not a diffusion model".into()));
     }
-    if t.vocab != d.vocab {
+    if target.vocab != draft.vocab {
         return Err(EngineError::InvalidRequest(format!(
             "the draft model's vocabulary ({} tokens) differs from the target's ({} tokens); speculative decoding needs the same tokenizer",
-            d.vocab, t.vocab
+            draft.vocab, target.vocab
         )));
     }
     Ok(())

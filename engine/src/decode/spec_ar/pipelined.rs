@@ -266,7 +266,7 @@ fn verify_loop(
 #[allow(clippy::too_many_arguments)]
 fn draft_loop(
     drafter: &mut Drafter<'_>,
-    mut committed: Vec<u32>,
+    committed: Vec<u32>,
     end: usize,
     settings: &DecodeSettings,
     spec: &SpecArSettings,
@@ -276,25 +276,27 @@ fn draft_loop(
     cancel: &CancelFlag,
     rng: &mut ChaCha8Rng,
 ) -> Result<DrafterReport> {
-    let mut report = DrafterReport::default();
-    let mut history = EntropyHistoryControl::new(spec.h_max);
-    let mut timing = PreVerifyControl::default();
-    // Entropies of the drafts ahead of the committed sequence, in order.
-    let mut ahead_h: Vec<f64> = Vec::new();
-    let mut side = DrafterSide { committed: &mut committed, ahead_h: &mut ahead_h, report: &mut report, history: &mut history, timing: &mut timing };
+    let mut side = DrafterSide {
+        committed,
+        ahead_h: Vec::new(),
+        report: DrafterReport::default(),
+        history: EntropyHistoryControl::new(spec.h_max),
+        timing: PreVerifyControl::default(),
+    };
     loop {
         if cancel.is_cancelled() {
-            return Ok(std::mem::take(side.report));
+            return Ok(side.report);
         }
+        // Verdicts that arrived while drafting.
         loop {
             match verdict_rx.try_recv() {
                 Ok(v) => {
                     if !side.apply(v, drafter, spec) {
-                        return Ok(std::mem::take(side.report));
+                        return Ok(side.report);
                     }
                 }
+                Err(TryRecvError::Disconnected) => return Ok(side.report),
                 Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => return Ok(report),
             }
         }
         let ahead = drafter.view_len().saturating_sub(side.committed.len());
@@ -312,18 +314,8 @@ fn draft_loop(
             }
         }
         if !want {
-            let w0 = Instant::now();
-            clock.drafter_waiting.store(true, Ordering::Release);
-            let got = verdict_rx.recv();
-            clock.drafter_waiting.store(false, Ordering::Release);
-            side.report.wait_s += w0.elapsed().as_secs_f64();
-            match got {
-                Ok(v) => {
-                    if !side.apply(v, drafter, spec) {
-                        return Ok(std::mem::take(side.report));
-                    }
-                }
-                Err(_) => return Ok(report),
+            if !side.wait_for_verdict(drafter, spec, &verdict_rx, &clock) {
+                return Ok(side.report);
             }
             continue;
         }
@@ -340,54 +332,56 @@ fn draft_loop(
             side.history.record_batch(b.iter().sum::<f64>() / spec.batch as f64);
         }
         // Pre-verification, only with slack before the verifier is free: a draft past the
-        // point where all unverified drafts are unlikely to be accepted is dropped unsent.
-        if spec.time_control && spec.pre_verify_floor > 0.0 && side.ahead_h.len() > 1 && side.timing.slack_s(running).is_some_and(|s| s > 0.0) {
-            let keep = super::control::pre_verified_len(side.ahead_h, spec.gamma, spec.pre_verify_floor);
-            if keep < side.ahead_h.len() {
-                drafter.truncate(d.pos);
-                side.ahead_h.pop();
-                side.report.pre_dropped += 1;
-                // Nothing more worth drafting until a verdict arrives.
-                let w0 = Instant::now();
-                clock.drafter_waiting.store(true, Ordering::Release);
-                let got = verdict_rx.recv();
-                clock.drafter_waiting.store(false, Ordering::Release);
-                side.report.wait_s += w0.elapsed().as_secs_f64();
-                match got {
-                    Ok(v) => {
-                        if !side.apply(v, drafter, spec) {
-                            return Ok(std::mem::take(side.report));
-                        }
-                    }
-                    Err(_) => return Ok(report),
-                }
-                continue;
+        // point where all unverified drafts are unlikely to be accepted is dropped unsent, and
+        // nothing more is worth drafting until a verdict arrives.
+        if spec.time_control
+            && spec.pre_verify_floor > 0.0
+            && side.ahead_h.len() > 1
+            && side.timing.slack_s(running).is_some_and(|s| s > 0.0)
+            && super::control::pre_verified_len(&side.ahead_h, spec.gamma, spec.pre_verify_floor) < side.ahead_h.len()
+        {
+            drafter.truncate(d.pos);
+            side.ahead_h.pop();
+            side.report.pre_dropped += 1;
+            if !side.wait_for_verdict(drafter, spec, &verdict_rx, &clock) {
+                return Ok(side.report);
             }
+            continue;
         }
         if draft_tx.send(d).is_err() {
-            return Ok(std::mem::take(side.report));
+            return Ok(side.report);
         }
     }
 }
 
 /// The drafter thread's view of verification: what is committed, the entropies of the drafts
 /// ahead of it, and the controls verdicts train.
-struct DrafterSide<'s> {
-    committed: &'s mut Vec<u32>,
-    ahead_h: &'s mut Vec<f64>,
-    report: &'s mut DrafterReport,
-    history: &'s mut EntropyHistoryControl,
-    timing: &'s mut PreVerifyControl,
+struct DrafterSide {
+    committed: Vec<u32>,
+    ahead_h: Vec<f64>,
+    report: DrafterReport,
+    history: EntropyHistoryControl,
+    timing: PreVerifyControl,
 }
 
-impl DrafterSide<'_> {
+impl DrafterSide {
+    /// Blocks until a verdict arrives and applies it; false = generation is over.
+    fn wait_for_verdict(&mut self, drafter: &mut Drafter<'_>, spec: &SpecArSettings, rx: &mpsc::Receiver<Verdict>, clock: &Clocks) -> bool {
+        let w0 = Instant::now();
+        clock.drafter_waiting.store(true, Ordering::Release);
+        let got = rx.recv();
+        clock.drafter_waiting.store(false, Ordering::Release);
+        self.report.wait_s += w0.elapsed().as_secs_f64();
+        got.is_ok_and(|v| self.apply(v, drafter, spec))
+    }
+
     /// Applies a verdict; false = generation is over.
     fn apply(&mut self, v: Verdict, drafter: &mut Drafter<'_>, spec: &SpecArSettings) -> bool {
         let Verdict::Committed { from, tokens, full, verify_s, verify_tokens } = v else { return false };
         let old_committed = self.committed.len();
         self.committed.truncate(from);
         self.committed.extend_from_slice(&tokens);
-        self.report.rolled_back += drafter.sync_to(self.committed);
+        self.report.rolled_back += drafter.sync_to(&self.committed);
         // Entropies of drafts now committed leave the front; those of dropped drafts the back.
         let skip = self.committed.len().saturating_sub(old_committed).min(self.ahead_h.len());
         self.ahead_h.drain(..skip);

@@ -6,6 +6,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::accept::{entropy, judge, pick, probability_of, token_distribution, Verdict};
 use crate::backend::Backend;
+use crate::decode::ar::ArPrefixCache;
 use crate::decode::denoise::to_rows;
 use crate::decode::settings::DecodeSettings;
 use crate::error::{EngineError, Result};
@@ -73,8 +74,8 @@ pub struct Drafter<'a> {
 }
 
 impl<'a> Drafter<'a> {
-    pub fn new(backend: &'a mut dyn Backend, prompt: &[u32], capacity: usize, reuse: Option<(KvCache, usize)>) -> Self {
-        let (cache, fed) = reused_or_new(backend, capacity, reuse);
+    pub fn new(backend: &'a mut dyn Backend, prompt: &[u32], capacity: usize, reuse: &mut ArPrefixCache) -> Self {
+        let (cache, fed) = reuse.take_for(backend, prompt, capacity);
         Drafter {
             backend,
             cache,
@@ -169,18 +170,6 @@ impl<'a> Drafter<'a> {
     }
 }
 
-/// A cache from an earlier call holding `n` leading tokens, grown to `capacity`, or a new one.
-fn reused_or_new(backend: &dyn Backend, capacity: usize, reuse: Option<(KvCache, usize)>) -> (KvCache, usize) {
-    match reuse {
-        Some((mut c, n)) if n > 0 && c.n_layers() == backend.config().n_layers && c.kv_dim() == backend.config().kv_dim() => {
-            c.grow(capacity);
-            c.invalidate_from(n);
-            (c, n)
-        }
-        _ => (backend.new_cache(capacity), 0),
-    }
-}
-
 /// What one verification did.
 #[derive(Debug, Clone, Default)]
 pub struct Verified {
@@ -216,10 +205,9 @@ pub struct Verifier<'a> {
 }
 
 impl<'a> Verifier<'a> {
-    /// A verifier whose K/V already holds `reused` leading prompt tokens (`cache` from an
-    /// earlier call), or a fresh cache.
-    pub fn new(backend: &'a mut dyn Backend, prompt: &[u32], capacity: usize, reuse: Option<(KvCache, usize)>) -> Self {
-        let (cache, fed) = reused_or_new(backend, capacity, reuse);
+    /// A verifier starting from the K/V `reuse` kept of an earlier prompt, where it applies.
+    pub fn new(backend: &'a mut dyn Backend, prompt: &[u32], capacity: usize, reuse: &mut ArPrefixCache) -> Self {
+        let (cache, fed) = reuse.take_for(backend, prompt, capacity);
         Verifier {
             backend,
             cache,
