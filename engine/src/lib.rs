@@ -9,6 +9,7 @@ pub mod error;
 pub mod kernels;
 pub mod memory;
 pub mod model;
+pub mod moe;
 pub mod run;
 pub mod threads;
 pub mod trace;

@@ -12,15 +12,14 @@
 
 use std::sync::Mutex;
 
-use rayon::prelude::*;
-
 use crate::error::{EngineError, Result};
-use crate::kernels::activation::{softmax_inplace, swiglu_inplace};
+use crate::kernels::activation::swiglu_inplace;
 use crate::kernels::attention::{attention_with, AttnArgs, HeadShape};
 use crate::kernels::linear::Linear;
 use crate::kernels::norm::{add_inplace, rmsnorm_rows_inplace};
 use crate::kernels::rope::RopeTable;
 use crate::kernels::simd::Simd;
+use crate::moe::ffn::{moe_ffn, MoeExecution, MoeLayer, MoeStats, StaticPlan};
 
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
@@ -166,13 +165,52 @@ pub struct Transformer {
     pub weights: ModelWeights,
     rope: RopeTable,
     scratch: Mutex<Scratch>,
+    /// How MoE layers run, and their counters since the last [`Transformer::take_moe_stats`].
+    moe: Mutex<(MoeExecution, MoeStats)>,
 }
 
 impl Transformer {
     /// Builds the runtime tables for `weights`.
     pub fn new(config: ModelConfig, weights: ModelWeights) -> Self {
         let rope = RopeTable::new(config.rope_style, config.rotary_dim, config.rope_theta, config.max_seq);
-        Transformer { config, weights, rope, scratch: Mutex::new(Scratch::default()) }
+        Transformer { config, weights, rope, scratch: Mutex::new(Scratch::default()), moe: Mutex::default() }
+    }
+
+    /// Sets how MoE layers run; a static plan is checked against the model's shape first.
+    pub fn set_moe_execution(&self, exec: MoeExecution) -> Result<()> {
+        if exec.policy == crate::moe::MoePolicy::StaticTiers {
+            let plan: &StaticPlan = exec.plan.as_deref().ok_or_else(|| {
+                EngineError::InvalidRequest("the static-tiers MoE policy needs a plan (calibration or uniform)".into())
+            })?;
+            let (layers, experts) = self.moe_shape().ok_or_else(|| {
+                EngineError::InvalidRequest("static MoE tiers asked for a model without MoE layers".into())
+            })?;
+            plan.check(layers, experts)?;
+        }
+        self.moe.lock().unwrap_or_else(|p| p.into_inner()).0 = exec;
+        Ok(())
+    }
+
+    /// The MoE execution in use.
+    pub fn moe_execution(&self) -> MoeExecution {
+        self.moe.lock().unwrap_or_else(|p| p.into_inner()).0.clone()
+    }
+
+    /// The MoE counters since the last call (reset to zero).
+    pub fn take_moe_stats(&self) -> MoeStats {
+        std::mem::take(&mut self.moe.lock().unwrap_or_else(|p| p.into_inner()).1)
+    }
+
+    /// `(layers, experts per layer)` when every layer is MoE with the same expert count.
+    pub fn moe_shape(&self) -> Option<(usize, usize)> {
+        let mut experts = None;
+        for l in &self.weights.layers {
+            match &l.ffn {
+                FeedForward::Moe { experts: ex, .. } if experts.is_none_or(|e| e == ex.len()) => experts = Some(ex.len()),
+                _ => return None,
+            }
+        }
+        experts.map(|e| (self.weights.layers.len(), e))
     }
 
     /// A KV cache sized for `capacity` positions; also sizes the forward's scratch for windows
@@ -270,10 +308,16 @@ impl Transformer {
             self.weights.embedding.row_into(t as usize, row);
         }
         let mut flops = 0.0f64;
+        let moe_exec = self.moe_execution();
+        let mut moe_stats = MoeStats::default();
         for li in 0..self.weights.layers.len() {
             flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
-                self.layer_forward(li, layer, sc, req, cache.as_deref_mut())
+                let moe = (&moe_exec, &mut moe_stats);
+                self.layer_forward(li, layer, sc, req, cache.as_deref_mut(), moe)
             })?;
+        }
+        if moe_stats.layer_runs > 0 {
+            self.moe.lock().unwrap_or_else(|p| p.into_inner()).1.merge(&moe_stats);
         }
         if req.kv == KvMode::ReadWrite {
             if let Some(kc) = cache.as_deref_mut() {
@@ -305,6 +349,7 @@ impl Transformer {
         sc: &mut Scratch,
         req: &ForwardRequest,
         cache: Option<&mut KvCache>,
+        (moe_exec, moe_stats): (&MoeExecution, &mut MoeStats),
     ) -> Result<f64> {
         let c = &self.config;
         let (n, h, hd) = (req.tokens.len(), c.hidden, c.head_dim);
@@ -377,47 +422,8 @@ impl Transformer {
                 let Some(moe) = &c.moe else {
                     return Err(EngineError::InvalidRequest("MoE weights without MoE config".into()));
                 };
-                let e = experts.len();
-                let mut scores = vec![0.0f32; n * e];
-                router.forward(&xn, n, &mut scores);
-                flops += 2.0 * (n * h * e) as f64;
-                // Token rows routed to each expert, with their mixing weights.
-                let mut routed: Vec<Vec<(usize, f32)>> = vec![Vec::new(); e];
-                for (t, s) in scores.chunks_exact_mut(e).enumerate() {
-                    softmax_inplace(s);
-                    let mut idx: Vec<usize> = (0..e).collect();
-                    idx.sort_by(|&a, &b| s[b].total_cmp(&s[a]).then(a.cmp(&b)));
-                    let top = &idx[..moe.top_k];
-                    let norm: f32 = if moe.norm_topk_prob { top.iter().map(|&i| s[i]).sum() } else { 1.0 };
-                    for &i in top {
-                        routed[i].push((t, s[i] / norm));
-                    }
-                }
-                let outs: Vec<(usize, Vec<f32>, f64)> = routed
-                    .par_iter()
-                    .enumerate()
-                    .filter(|(_, r)| !r.is_empty())
-                    .map(|(ei, r)| {
-                        let m = r.len();
-                        let mut xin = vec![0.0f32; m * h];
-                        for (dst, &(t, _)) in xin.chunks_exact_mut(h).zip(r) {
-                            dst.copy_from_slice(&xn[t * h..(t + 1) * h]);
-                        }
-                        let ex = &experts[ei];
-                        let ff = ex.gate.n_out;
-                        let (mut g, mut u, mut y) = (vec![0.0f32; m * ff], vec![0.0f32; m * ff], vec![0.0f32; m * h]);
-                        let f = swiglu_mlp(&ex.gate, &ex.up, &ex.down, &xin, m, &mut g, &mut u, &mut y);
-                        (ei, y, f)
-                    })
-                    .collect();
-                for (ei, y, f) in outs {
-                    flops += f;
-                    for (row, &(t, wgt)) in y.chunks_exact(h).zip(&routed[ei]) {
-                        for (xi, yi) in x[t * h..(t + 1) * h].iter_mut().zip(row) {
-                            *xi += wgt * yi;
-                        }
-                    }
-                }
+                let layer = MoeLayer { router, experts, top_k: moe.top_k, norm_topk_prob: moe.norm_topk_prob };
+                flops += moe_ffn(&layer, moe_exec, li, x, xn, n, h, moe_stats)?;
             }
         }
         Ok(flops)

@@ -16,13 +16,7 @@ pub enum FeedForward {
     Moe { router: Linear, experts: Vec<Expert> },
 }
 
-/// One routed expert.
-#[derive(Debug, Clone)]
-pub struct Expert {
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
-}
+pub use crate::moe::Expert;
 
 /// Weights of one transformer layer.
 #[derive(Debug, Clone)]

@@ -1,0 +1,305 @@
+//! The MoE feed-forward under each [`MoePolicy`], and the counters runs report.
+
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::capacity::{enforce_capacity, CapacityPlan, CapacityTiers};
+use super::grouped::{run_group, swiglu_rows, ExpertGroups};
+use super::routing::{saliency, Routing};
+use super::{Expert, MoeCalibration, MoePolicy};
+use crate::error::{EngineError, Result};
+use crate::kernels::linear::Linear;
+
+/// Default experts per group (one launch each) under [`MoePolicy::StaticTiers`].
+pub const DEFAULT_GROUP_SIZE: usize = 4;
+
+/// One MoE layer's weights and router rule.
+pub struct MoeLayer<'a> {
+    pub router: &'a Linear,
+    pub experts: &'a [Expert],
+    pub top_k: usize,
+    pub norm_topk_prob: bool,
+}
+
+/// The static plan [`MoePolicy::StaticTiers`] runs: capacities per bucket and groups per layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StaticPlan {
+    pub capacities: CapacityPlan,
+    /// Per layer.
+    pub groups: Vec<ExpertGroups>,
+}
+
+impl StaticPlan {
+    /// From a calibration: tiers from its loads, groups from its popularity (over all buckets).
+    pub fn from_calibration(cal: &MoeCalibration, tiers: &CapacityTiers, group_size: usize) -> Self {
+        let capacities = CapacityPlan::from_calibration(cal, tiers);
+        let last = cal.buckets.len();
+        let groups =
+            (0..cal.n_layers).map(|li| ExpertGroups::by_popularity(&cal.popularity(last, li), group_size)).collect();
+        StaticPlan { capacities, groups }
+    }
+
+    /// Without a calibration: uniform capacities, experts grouped in index order.
+    pub fn uniform(n_layers: usize, n_experts: usize, top_k: usize, buckets: &[usize], group_size: usize) -> Self {
+        let tiers = CapacityTiers::default();
+        let capacities = CapacityPlan::uniform(n_layers, n_experts, top_k, buckets, &tiers);
+        let groups = vec![ExpertGroups::by_popularity(&vec![1.0; n_experts], group_size); n_layers];
+        StaticPlan { capacities, groups }
+    }
+
+    /// Checks the plan fits a model with `n_layers` MoE layers of `n_experts` experts.
+    pub fn check(&self, n_layers: usize, n_experts: usize) -> Result<()> {
+        let ok = self.groups.len() == n_layers
+            && self.groups.iter().all(|g| g.is_partition_of(n_experts))
+            && self
+                .capacities
+                .buckets
+                .iter()
+                .all(|b| b.per_layer.len() == n_layers && b.per_layer.iter().all(|l| l.len() == n_experts));
+        if ok && !self.capacities.buckets.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::InvalidRequest(format!(
+                "MoE static plan does not fit the model ({n_layers} layers x {n_experts} experts)"
+            )))
+        }
+    }
+}
+
+/// How the model's MoE layers run.
+#[derive(Debug, Clone, Default)]
+pub struct MoeExecution {
+    pub policy: MoePolicy,
+    /// Required by [`MoePolicy::StaticTiers`].
+    pub plan: Option<Arc<StaticPlan>>,
+    /// Scale a token's remaining gate weights back to its original total when experts were dropped.
+    pub renormalise_dropped: bool,
+}
+
+/// Counters summed over forwards.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MoeStats {
+    /// MoE layer executions.
+    pub layer_runs: u64,
+    /// (token, expert) pairs the router chose.
+    pub routed: u64,
+    /// Pairs dropped for capacity.
+    pub dropped: u64,
+    /// Padding rows computed by static shapes.
+    pub padded_rows: u64,
+    /// Expert launches (per expert or per group).
+    pub launches: u64,
+    /// Token rows that lost every expert.
+    pub tokens_without_expert: u64,
+    /// `expert_tokens[layer][expert]`: routed tokens (before capacity), for calibration.
+    pub expert_tokens: Vec<Vec<u64>>,
+}
+
+impl MoeStats {
+    /// Fraction of routed pairs dropped.
+    pub fn drop_rate(&self) -> f64 {
+        if self.routed == 0 {
+            0.0
+        } else {
+            self.dropped as f64 / self.routed as f64
+        }
+    }
+
+    /// Adds another set of counters into this one.
+    pub fn merge(&mut self, o: &MoeStats) {
+        self.layer_runs += o.layer_runs;
+        self.routed += o.routed;
+        self.dropped += o.dropped;
+        self.padded_rows += o.padded_rows;
+        self.launches += o.launches;
+        self.tokens_without_expert += o.tokens_without_expert;
+        for (li, row) in o.expert_tokens.iter().enumerate() {
+            let counts: Vec<usize> = row.iter().map(|&c| c as usize).collect();
+            self.add_counts(li, &counts);
+        }
+    }
+
+    fn add_counts(&mut self, layer: usize, counts: &[usize]) {
+        if self.expert_tokens.len() <= layer {
+            self.expert_tokens.resize(layer + 1, Vec::new());
+        }
+        let row = &mut self.expert_tokens[layer];
+        if row.len() < counts.len() {
+            row.resize(counts.len(), 0);
+        }
+        for (r, &c) in row.iter_mut().zip(counts) {
+            *r += c as u64;
+        }
+    }
+}
+
+/// Runs MoE layer `li` on the normed rows `xn` (`n × h`) and adds the result into the residual
+/// rows `x`. Saliency for capacity dropping is the L2 norm of `x` before the add. Returns FLOPs.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_ffn(
+    layer: &MoeLayer,
+    exec: &MoeExecution,
+    li: usize,
+    x: &mut [f32],
+    xn: &[f32],
+    n: usize,
+    h: usize,
+    stats: &mut MoeStats,
+) -> Result<f64> {
+    let e = layer.experts.len();
+    if e == 0 || layer.top_k == 0 {
+        return Err(EngineError::InvalidRequest(format!("MoE layer {li} has no experts to route to")));
+    }
+    let mut scores = vec![0.0f32; n * e];
+    layer.router.forward(xn, n, &mut scores);
+    let mut flops = 2.0 * (n * h * e) as f64;
+    let mut routing = Routing::from_scores(&mut scores, n, e, layer.top_k, layer.norm_topk_prob);
+    let counts = routing.counts();
+    stats.layer_runs += 1;
+    stats.routed += routing.pairs() as u64;
+    stats.add_counts(li, &counts);
+    match exec.policy {
+        MoePolicy::Cpu => {
+            let outs: Vec<(usize, Vec<f32>, f64)> = routing
+                .per_expert
+                .par_iter()
+                .enumerate()
+                .filter(|(_, r)| !r.is_empty())
+                .map(|(ei, r)| {
+                    let xin = gather(xn, h, r.iter().map(|a| a.token));
+                    let mut y = vec![0.0f32; r.len() * h];
+                    let f = swiglu_rows(&layer.experts[ei], &xin, r.len(), &mut y);
+                    (ei, y, f)
+                })
+                .collect();
+            stats.launches += 1;
+            for (ei, y, f) in outs {
+                flops += f;
+                scatter_add(x, h, &y, &routing.per_expert[ei]);
+            }
+        }
+        MoePolicy::Naive => {
+            for (ei, r) in routing.per_expert.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+                let xin = gather(xn, h, r.iter().map(|a| a.token));
+                let mut y = vec![0.0f32; r.len() * h];
+                flops += swiglu_rows(&layer.experts[ei], &xin, r.len(), &mut y);
+                stats.launches += 1;
+                scatter_add(x, h, &y, r);
+            }
+        }
+        MoePolicy::StaticTiers => {
+            let plan = exec.plan.as_deref().ok_or_else(|| {
+                EngineError::InvalidRequest("the static-tiers MoE policy needs a plan (calibration or uniform)".into())
+            })?;
+            let caps = plan.capacities.capacities(n, li)?;
+            let groups = plan
+                .groups
+                .get(li)
+                .ok_or_else(|| EngineError::InvalidRequest(format!("MoE static plan has no groups for layer {li}")))?;
+            let sal = saliency(x, n, h);
+            let report = enforce_capacity(&mut routing, &caps, &sal, exec.renormalise_dropped);
+            stats.dropped += report.dropped as u64;
+            stats.padded_rows += report.padded as u64;
+            stats.tokens_without_expert += report.tokens_without_expert as u64;
+            for group in &groups.groups {
+                if group.iter().any(|&g| !routing.per_expert[g].is_empty()) {
+                    flops += run_group(layer.experts, group, &caps, &routing.per_expert, xn, h, x);
+                    stats.launches += 1;
+                }
+            }
+        }
+    }
+    Ok(flops)
+}
+
+fn gather(xn: &[f32], h: usize, tokens: impl Iterator<Item = usize>) -> Vec<f32> {
+    let mut out = Vec::new();
+    for t in tokens {
+        out.extend_from_slice(&xn[t * h..(t + 1) * h]);
+    }
+    out
+}
+
+fn scatter_add(x: &mut [f32], h: usize, y: &[f32], routed: &[super::routing::Assignment]) {
+    for (row, a) in y.chunks_exact(h).zip(routed) {
+        for (xi, yi) in x[a.token * h..(a.token + 1) * h].iter_mut().zip(row) {
+            *xi += a.weight * yi;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn lin(rng: &mut rand_chacha::ChaCha8Rng, n: usize, k: usize) -> Linear {
+        let s = 1.0 / (k as f32).sqrt();
+        Linear::from_f32("w", n, k, (0..n * k).map(|_| rng.random_range(-s..s)).collect())
+    }
+
+    fn run(policy: MoePolicy, plan: Option<StaticPlan>, n: usize) -> (Vec<f32>, MoeStats) {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let (h, f, e) = (16, 24, 6);
+        let router = lin(&mut rng, e, h);
+        let experts: Vec<Expert> = (0..e)
+            .map(|_| Expert { gate: lin(&mut rng, f, h), up: lin(&mut rng, f, h), down: lin(&mut rng, h, f) })
+            .collect();
+        let xn: Vec<f32> = (0..n * h).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut x: Vec<f32> = (0..n * h).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let layer = MoeLayer { router: &router, experts: &experts, top_k: 2, norm_topk_prob: true };
+        let exec = MoeExecution { policy, plan: plan.map(Arc::new), renormalise_dropped: true };
+        let mut stats = MoeStats::default();
+        moe_ffn(&layer, &exec, 0, &mut x, &xn, n, h, &mut stats).unwrap();
+        (x, stats)
+    }
+
+    #[test]
+    fn policies_agree_when_nothing_is_dropped() {
+        let n = 20;
+        let (cpu, s_cpu) = run(MoePolicy::Cpu, None, n);
+        let (naive, s_naive) = run(MoePolicy::Naive, None, n);
+        // Capacity = every token: nothing dropped, only padding.
+        let mut full = StaticPlan::uniform(1, 6, 2, &[n], 3);
+        full.capacities.buckets[0].per_layer[0] = vec![n; 6];
+        let (tiers, s_tiers) = run(MoePolicy::StaticTiers, Some(full), n);
+        for (a, b) in cpu.iter().zip(&naive).chain(cpu.iter().zip(&tiers)) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        assert_eq!(s_cpu.routed, 40);
+        assert_eq!(s_cpu.launches, 1);
+        assert!(s_naive.launches >= 2 && s_naive.launches <= 6);
+        assert_eq!(s_tiers.launches, 2, "two groups of three");
+        assert_eq!(s_tiers.dropped, 0);
+        assert_eq!(s_tiers.padded_rows, 6 * 20 - 40);
+        assert_eq!(s_cpu.expert_tokens[0].iter().sum::<u64>(), 40);
+    }
+
+    #[test]
+    fn small_capacities_drop_and_change_the_output() {
+        let n = 20;
+        let mut plan = StaticPlan::uniform(1, 6, 2, &[n], 3);
+        plan.capacities.buckets[0].per_layer[0] = vec![2; 6];
+        let (cpu, _) = run(MoePolicy::Cpu, None, n);
+        let (tiers, s) = run(MoePolicy::StaticTiers, Some(plan), n);
+        // Six experts x capacity 2 keep at most 12 of the 40 routed pairs.
+        assert_eq!(s.routed, 40);
+        assert!(s.dropped >= 28, "{}", s.dropped);
+        assert!(s.drop_rate() > 0.5);
+        assert!(cpu.iter().zip(&tiers).any(|(a, b)| (a - b).abs() > 1e-4));
+    }
+
+    #[test]
+    fn static_tiers_without_a_plan_is_an_error() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+        let router = lin(&mut rng, 2, 4);
+        let experts = vec![Expert { gate: lin(&mut rng, 4, 4), up: lin(&mut rng, 4, 4), down: lin(&mut rng, 4, 4) }; 2];
+        let layer = MoeLayer { router: &router, experts: &experts, top_k: 1, norm_topk_prob: false };
+        let exec = MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: false };
+        let (mut x, xn) = (vec![0.0; 8], vec![0.5; 8]);
+        let err = moe_ffn(&layer, &exec, 0, &mut x, &xn, 2, 4, &mut MoeStats::default()).unwrap_err();
+        assert!(err.to_string().contains("needs a plan"), "{err}");
+    }
+}

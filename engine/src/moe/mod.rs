@@ -1,0 +1,73 @@
+//! Mixture-of-experts execution shaped for static-graph accelerators (NPUs).
+//!
+//! A router picks `top_k` experts per token at run time, so the rows each expert sees change from
+//! forward to forward. NPUs compile graphs for fixed shapes and pay a fixed cost per launch, so
+//! this module turns dynamic routing into static work:
+//! - [`routing`]: the router's softmax/top-k decision, per expert;
+//! - [`calibration`]: offline per-layer, per-expert token counts by prompt-length bucket;
+//! - [`capacity`]: a small ladder of static capacity tiers per expert, tokens over capacity dropped
+//!   lowest-saliency first;
+//! - [`grouped`]: experts gathered into one unified, padded buffer per group and run as one launch;
+//! - [`residency`]: which groups stay on the NPU and which run on the CPU concurrently;
+//! - [`ffn`]: the MoE feed-forward under each [`MoePolicy`], as the transformer calls it.
+
+pub mod calibration;
+pub mod capacity;
+pub mod ffn;
+pub mod grouped;
+pub mod residency;
+pub mod routing;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kernels::linear::Linear;
+
+pub use calibration::MoeCalibration;
+pub use capacity::{CapacityPlan, CapacityTiers};
+pub use ffn::{MoeExecution, MoeLayer, MoeStats};
+pub use grouped::ExpertGroups;
+pub use residency::{GroupCost, Placement, ResidencyPlan};
+pub use routing::Routing;
+
+/// One routed expert: a SwiGLU MLP `down(silu(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct Expert {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// How MoE feed-forward layers execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum MoePolicy {
+    /// Dynamic shapes: each expert runs on exactly its routed rows, all experts in one parallel
+    /// region. Exact (no token is dropped); what a CPU does best.
+    #[default]
+    Cpu,
+    /// Naive accelerator offload: one launch per expert, one after another, each sized to the rows
+    /// routed to it. Exact; the per-launch cost is paid once per active expert.
+    Naive,
+    /// Static capacity tiers + grouped execution: every expert has a fixed capacity for the prompt
+    /// length's bucket, tokens beyond it are dropped by saliency, and experts run in groups, one
+    /// launch per group over a padded unified buffer.
+    StaticTiers,
+}
+
+impl MoePolicy {
+    /// The spelling used in flags, settings and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoePolicy::Cpu => "cpu",
+            MoePolicy::Naive => "naive",
+            MoePolicy::StaticTiers => "static-tiers",
+        }
+    }
+}
+
+impl std::fmt::Display for MoePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,128 @@
+//! Load-aware residency: per layer, which expert groups stay resident on the NPU and which run on
+//! the CPU at the same time.
+//!
+//! Each NPU launch costs a fixed dispatch time; a cold group (few tokens) costs little compute but a
+//! full launch, so it can be cheaper on the CPU, which runs concurrently with the NPU groups. The CPU
+//! groups' results are merged with one synchronisation. A layer's time is then
+//! `max(NPU launches + NPU compute, CPU compute + sync)`; groups move to the CPU, coldest first,
+//! while that shrinks. Groups whose weights no longer fit the NPU's resident budget go to the CPU too.
+
+use serde::{Deserialize, Serialize};
+
+/// Where one group runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Resident on the NPU: one launch of its static grouped graph.
+    Npu,
+    /// On the CPU, concurrently with the NPU groups.
+    Cpu,
+}
+
+/// The cost of one group in one layer, on each unit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GroupCost {
+    /// NPU compute for the group's static shape (excluding the launch), seconds.
+    pub npu_s: f64,
+    /// CPU compute for the group's routed rows, seconds.
+    pub cpu_s: f64,
+    /// Calibrated share of the layer's routed tokens (orders groups hot to cold).
+    pub popularity: f64,
+    /// Weight bytes the group keeps resident on the NPU.
+    pub weight_bytes: u64,
+}
+
+/// The decision for one layer and the time it predicts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResidencyPlan {
+    pub placement: Vec<Placement>,
+    /// Predicted NPU lane time (launches + compute), seconds.
+    pub npu_s: f64,
+    /// Predicted CPU lane time (compute + the merge sync when any group is there), seconds.
+    pub cpu_s: f64,
+}
+
+impl ResidencyPlan {
+    /// The layer's predicted time: the two lanes run concurrently.
+    pub fn layer_s(&self) -> f64 {
+        self.npu_s.max(self.cpu_s)
+    }
+
+    /// Groups placed on the NPU.
+    pub fn npu_groups(&self) -> usize {
+        self.placement.iter().filter(|&&p| p == Placement::Npu).count()
+    }
+
+    /// Decides placements for one layer. `launch_s`: one NPU dispatch; `sync_s`: merging the CPU
+    /// lane's results; `npu_budget_bytes`: resident weight budget left for this layer's experts.
+    pub fn decide(groups: &[GroupCost], launch_s: f64, sync_s: f64, npu_budget_bytes: u64) -> Self {
+        let mut placement = vec![Placement::Npu; groups.len()];
+        // Hot first into the resident budget; what does not fit runs on the CPU.
+        let mut order: Vec<usize> = (0..groups.len()).collect();
+        order.sort_by(|&a, &b| groups[b].popularity.total_cmp(&groups[a].popularity).then(a.cmp(&b)));
+        let mut used = 0u64;
+        for &g in &order {
+            if used.saturating_add(groups[g].weight_bytes) > npu_budget_bytes {
+                placement[g] = Placement::Cpu;
+            } else {
+                used += groups[g].weight_bytes;
+            }
+        }
+        let lanes = |p: &[Placement]| -> (f64, f64) {
+            let mut npu = 0.0;
+            let mut cpu = 0.0;
+            for (c, pl) in groups.iter().zip(p) {
+                match pl {
+                    Placement::Npu => npu += launch_s + c.npu_s,
+                    Placement::Cpu => cpu += c.cpu_s,
+                }
+            }
+            let cpu = if p.contains(&Placement::Cpu) { cpu + sync_s } else { 0.0 };
+            (npu, cpu)
+        };
+        // Coldest first: move a group to the CPU while that shortens the layer.
+        for &g in order.iter().rev() {
+            if placement[g] == Placement::Cpu {
+                continue;
+            }
+            let (n0, c0) = lanes(&placement);
+            placement[g] = Placement::Cpu;
+            let (n1, c1) = lanes(&placement);
+            if n1.max(c1) >= n0.max(c0) {
+                placement[g] = Placement::Npu;
+            }
+        }
+        let (npu_s, cpu_s) = lanes(&placement);
+        ResidencyPlan { placement, npu_s, cpu_s }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(npu_s: f64, cpu_s: f64, popularity: f64) -> GroupCost {
+        GroupCost { npu_s, cpu_s, popularity, weight_bytes: 10 }
+    }
+
+    #[test]
+    fn cold_groups_move_to_the_cpu_while_it_pays() {
+        // Launch 1 ms: the two cold groups cost 1.1 ms each on the NPU but 0.5 ms on the CPU.
+        let groups = [g(5e-3, 50e-3, 0.6), g(4e-3, 40e-3, 0.3), g(0.1e-3, 0.5e-3, 0.05), g(0.1e-3, 0.5e-3, 0.05)];
+        let p = ResidencyPlan::decide(&groups, 1e-3, 0.2e-3, u64::MAX);
+        assert_eq!(p.placement, vec![Placement::Npu, Placement::Npu, Placement::Cpu, Placement::Cpu]);
+        assert!((p.npu_s - 11e-3).abs() < 1e-9);
+        assert!((p.cpu_s - 1.2e-3).abs() < 1e-9);
+        assert_eq!(p.npu_groups(), 2);
+        // When merging the CPU lane costs more than any overlap gains, nothing moves.
+        let p = ResidencyPlan::decide(&groups, 1e-3, 20e-3, u64::MAX);
+        assert!(p.placement.iter().all(|&x| x == Placement::Npu));
+    }
+
+    #[test]
+    fn budget_keeps_the_hot_groups_resident() {
+        let groups = [g(1e-3, 9e-3, 0.1), g(1e-3, 9e-3, 0.9)];
+        let p = ResidencyPlan::decide(&groups, 0.0, 0.0, 10);
+        assert_eq!(p.placement, vec![Placement::Cpu, Placement::Npu]);
+    }
+}
