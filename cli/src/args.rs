@@ -203,6 +203,15 @@ pub struct DecodeArgs {
     /// job ends, on the simulated device clock); `lockstep` = every step waits for it.
     #[arg(long, requires = "revision", value_enum, default_value_t = CpuPathSchedule::Async, help_heading = "NPU-aware decoding")]
     pub revision_schedule: CpuPathSchedule,
+    /// How mixture-of-experts layers run: `cpu` (exact, dynamic shapes), `naive` (one launch per
+    /// expert) or `static-tiers` (static capacity tiers from `unmask moe calibrate`, tokens over
+    /// capacity dropped by saliency, experts grouped into one launch per group). Dense models ignore it.
+    #[arg(long, value_name = "POLICY", help_heading = "Mixture of experts")]
+    pub moe: Option<unmask_engine::moe::MoePolicy>,
+    /// static-tiers: keep a token's remaining gate weights as routed when some of its experts were
+    /// dropped (default: scale them back to the original total).
+    #[arg(long, requires = "moe", help_heading = "Mixture of experts")]
+    pub moe_keep_weights: bool,
 }
 
 impl DecodeArgs {
@@ -252,6 +261,10 @@ impl DecodeArgs {
             eot_token_id: self.eot_token_id,
             speculative,
             revision,
+            moe: self.moe.map(|policy| unmask_engine::moe::MoeSettings {
+                policy,
+                renormalise_dropped: !self.moe_keep_weights,
+            }),
         }
     }
 }

@@ -57,6 +57,9 @@ fn open(model: &ModelArg, backend: &BackendArgs, draft: &DraftArgs, out: &Output
     let resolved = resolve(model.model.as_deref(), data.as_ref(), data_dir)?;
     let parts = Arc::new(ModelParts::from(load(&resolved.path)?));
     let mut session = Session::open(parts, &spec)?;
+    if let Some(plan) = crate::moe_cmd::stored_plan(&session, &resolved, data.as_ref(), data_dir)? {
+        session.set_moe_plan(plan)?;
+    }
     if let Some(name) = draft.draft.as_deref() {
         let draft_model = resolve(Some(name), data.as_ref(), data_dir)?;
         let draft_parts = Arc::new(ModelParts::from(load(&draft_model.path).context("loading the draft model")?));
@@ -145,7 +148,7 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
                 "tokens_per_forward": o.answer_tokens_per_forward(),
                 "canvas_tokens_per_forward": d.tokens_per_forward, "wall_s": d.wall_s,
                 "simulated_s": d.simulated_s, "stop_reason": d.stop_reason, "backend": backend, "executor": executor,
-                "run_id": run_id, "speculation": o.speculation,
+                "run_id": run_id, "speculation": o.speculation, "moe": o.moe,
             }))?
         );
         return Ok(());
@@ -164,6 +167,17 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
                 100.0 * sp.acceptance_rate(),
                 sp.verify_forwards,
                 sp.draft_forwards
+            );
+        }
+        if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
+            eprintln!(
+                "[moe] {} expert launches over {} layer runs, {} of {} routed pairs dropped ({:.1} %), {} padding rows",
+                m.launches,
+                m.layer_runs,
+                m.dropped,
+                m.routed,
+                100.0 * m.drop_rate(),
+                m.padded_rows
             );
         }
         eprintln!(

@@ -13,6 +13,7 @@ mod generate;
 mod live;
 mod model_path;
 mod models_cmd;
+mod moe_cmd;
 mod progress;
 mod record;
 mod runs_cmd;
@@ -119,6 +120,12 @@ enum Command {
     /// per-step diffusion canvas); runs are recorded unless --no-record. See docs/serve.md.
     #[command(after_help = exit::HELP)]
     Serve(serve::ServeArgs),
+    /// Mixture-of-experts models: calibrate expert capacities, show a calibration.
+    #[command(after_help = exit::HELP)]
+    Moe {
+        #[command(subcommand)]
+        action: moe_cmd::MoeAction,
+    },
     /// Export a run's trace.
     #[command(after_help = exit::HELP)]
     Trace {
@@ -150,6 +157,7 @@ fn main() -> ExitCode {
         Command::Models { action } => models_cmd::run(action, dd),
         Command::Runs { action } => runs_cmd::run(action, dd),
         Command::Trace { action } => trace_cmd::run(action, dd),
+        Command::Moe { action } => moe_cmd::run(action, dd),
         Command::Bench(args) => bench_cmd::run(&args),
         Command::Serve(args) => serve::run(args, dd),
     };

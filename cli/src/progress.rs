@@ -45,3 +45,10 @@ pub fn spinner(m: &MultiProgress, label: &str) -> ProgressBar {
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
 }
+
+/// A bar over a known number of items.
+pub fn count(m: &MultiProgress, total: u64, label: &str) -> ProgressBar {
+    let bar = m.add(ProgressBar::new(total).with_style(style("{prefix:.bold} {bar:30.cyan/blue} {pos}/{len} · eta {eta}")));
+    bar.set_prefix(label.to_owned());
+    bar
+}

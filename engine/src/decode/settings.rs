@@ -114,6 +114,9 @@ pub struct DecodeSettings {
     pub speculative: Option<SpeculativeSettings>,
     /// NPU-aware decoding hook: dual-path progressive revision (`None` = off).
     pub revision: Option<RevisionSettings>,
+    /// How MoE layers execute (`None` = [`crate::moe::MoePolicy::Cpu`]); dense models ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<crate::moe::MoeSettings>,
 }
 
 impl Default for DecodeSettings {
@@ -140,6 +143,7 @@ impl Default for DecodeSettings {
             top_k: None,
             speculative: None,
             revision: None,
+            moe: None,
         }
     }
 }

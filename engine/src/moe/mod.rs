@@ -55,6 +55,26 @@ pub enum MoePolicy {
     StaticTiers,
 }
 
+/// The MoE part of a run's settings (recorded with the run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MoeSettings {
+    pub policy: MoePolicy,
+    /// When capacity drops some of a token's experts, scale its remaining gate weights back to
+    /// the original total (`false`: keep them as routed).
+    #[serde(default = "default_renormalise")]
+    pub renormalise_dropped: bool,
+}
+
+fn default_renormalise() -> bool {
+    MoeSettings::default().renormalise_dropped
+}
+
+impl Default for MoeSettings {
+    fn default() -> Self {
+        MoeSettings { policy: MoePolicy::Cpu, renormalise_dropped: true }
+    }
+}
+
 impl MoePolicy {
     /// The spelling used in flags, settings and records.
     pub fn as_str(self) -> &'static str {

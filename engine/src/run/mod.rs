@@ -6,6 +6,7 @@
 
 pub mod backend_spec;
 pub mod executor;
+pub mod moe_calibrate;
 pub mod overrides;
 pub mod session;
 pub mod stop;
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 
 pub use backend_spec::{BackendSpec, DEFAULT_DEVICE, DEFAULT_QNN_LIBRARY};
 pub use executor::{Executor, RunTimeline, TimelineMark};
+pub use moe_calibrate::{calibrate_moe, static_plan, CalibrationShape};
 pub use overrides::{effective_settings, SettingsOverrides, DEFAULTS_THAT_DIFFER};
 pub use session::{ModelParts, RunOutcome, RunPrompt, Session};
 pub use stop::stop_ids;

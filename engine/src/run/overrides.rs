@@ -35,6 +35,9 @@ pub struct SettingsOverrides {
     pub speculative: Option<SpeculativeSettings>,
     /// Dual-path progressive revision (`None` = off).
     pub revision: Option<RevisionSettings>,
+    /// MoE execution policy (`None` = cpu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moe: Option<crate::moe::MoeSettings>,
 }
 
 /// Where Unmask's defaults differ from the upstream reference code, for `--help` and docs.
@@ -144,6 +147,7 @@ pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user
     }
     s.speculative = user.speculative.clone();
     s.revision = user.revision.clone();
+    s.moe = user.moe;
     if !cfg.arch.is_diffusion() {
         // Autoregressive decoding has no blocks or denoising steps: one token per step. Without
         // this a model default such as tiny-ar's gen_length 16 fails the block check.
@@ -184,6 +188,7 @@ impl SettingsOverrides {
             eot_token_id: s.eot_token_id,
             speculative: s.speculative.clone(),
             revision: s.revision.clone(),
+            moe: s.moe,
         }
     }
 }

@@ -14,6 +14,8 @@ use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
 use crate::decode::spec_ar::{check_pair, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
 use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
 use crate::error::Result;
+use crate::moe::ffn::{MoeExecution, MoeStats, StaticPlan};
+use crate::moe::MoePolicy;
 use crate::model::{load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
 
 /// A loaded model's parts that runs need, shareable between sessions (the app caches one).
@@ -69,6 +71,9 @@ pub struct RunOutcome {
     pub timeline: Option<RunTimeline>,
     /// What speculative decoding did (runs with a draft model only).
     pub speculation: Option<SpecArStats>,
+    /// What the MoE layers did: launches, tokens dropped for capacity (MoE models only; counts
+    /// are the model's, so runs of one model on several threads at once share them).
+    pub moe: Option<MoeStats>,
 }
 
 impl RunOutcome {
@@ -99,13 +104,15 @@ pub struct Session {
     /// K/V of the previous prompt (causal models: a later turn forwards only its new suffix).
     ar_cache: ArPrefixCache,
     draft: Option<DraftModel>,
+    /// Capacities and groups for the static-tiers MoE policy (uniform when none was given).
+    moe_plan: Option<Arc<StaticPlan>>,
 }
 
 impl Session {
     /// Builds `backend` for `model`.
     pub fn open(model: Arc<ModelParts>, backend: &BackendSpec) -> Result<Self> {
         let executor = Executor::build(backend, model.transformer.clone())?;
-        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default(), draft: None })
+        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default(), draft: None, moe_plan: None })
     }
 
     /// Decodes with speculative decoding from now on, `draft` proposing tokens for this
@@ -117,6 +124,37 @@ impl Session {
         let backend = CpuBackend::new(draft.transformer.clone());
         self.draft = Some(DraftModel { model: draft, backend, settings, caches: SpecArCaches::default() });
         Ok(())
+    }
+
+    /// The static MoE plan (from a calibration) runs with the static-tiers policy use.
+    pub fn set_moe_plan(&mut self, plan: Arc<StaticPlan>) -> Result<()> {
+        if let Some((layers, experts)) = self.model.transformer.moe_shape() {
+            plan.check(layers, experts)?;
+        }
+        self.moe_plan = Some(plan);
+        Ok(())
+    }
+
+    /// Sets the model's MoE execution for a run's settings.
+    fn apply_moe(&mut self, settings: &DecodeSettings) -> Result<()> {
+        let model = &self.model.transformer;
+        if model.moe_shape().is_none() {
+            return Ok(());
+        }
+        let s = settings.moe.unwrap_or_default();
+        let plan = if s.policy == MoePolicy::StaticTiers {
+            Some(match &self.moe_plan {
+                Some(p) => p.clone(),
+                None => {
+                    let p = super::moe_calibrate::static_plan(model, None)?;
+                    self.moe_plan = Some(p.clone());
+                    p
+                }
+            })
+        } else {
+            None
+        };
+        model.set_moe_execution(MoeExecution { policy: s.policy, plan, renormalise_dropped: s.renormalise_dropped })
     }
 
     /// The draft model and its settings, when speculative decoding is on.
@@ -183,6 +221,9 @@ impl Session {
         on_frame: &mut dyn FnMut(&StepFrame) -> ControlFlow<()>,
     ) -> Result<RunOutcome> {
         self.check(prompt_ids, settings)?;
+        self.apply_moe(settings)?;
+        let is_moe = self.model.transformer.moe_shape().is_some();
+        self.model.transformer.take_moe_stats();
         let mark = self.executor.timeline_mark();
         let diffusion = self.model.transformer.config.arch.is_diffusion();
         let backend = self.executor.as_dyn();
@@ -202,6 +243,7 @@ impl Session {
         let answer_tokens = (answer.len() + 1).min(output.tokens.len());
         let text = self.model.tokenizer.decode(&answer, true);
         let timeline = self.executor.timeline_since(mark);
-        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline, speculation })
+        let moe = is_moe.then(|| self.model.transformer.take_moe_stats());
+        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline, speculation, moe })
     }
 }
