@@ -207,15 +207,17 @@ def continue_passages(split):
             if p["split"] == split and len(p["text"].split()) >= 16]
 
 
-def heldout_set(split):
-    """Deterministic val/test task set: N_PER_TASK_HELDOUT distinct prompts per task."""
-    seed = VAL_SEED if split == "val" else TEST_SEED
+def heldout_set(split, per_task=N_PER_TASK_HELDOUT, seed=None, exclude=()):
+    """Deterministic val/test task set: `per_task` distinct prompts per task (messages in
+    `exclude` are skipped)."""
+    if seed is None:
+        seed = VAL_SEED if split == "val" else TEST_SEED
     passages = continue_passages(split)
     rows = []
     for ti, task in enumerate(TASKS):
         rng = np.random.default_rng([seed, ti])
-        seen = set()
-        while len([r for r in rows if r["task"] == task]) < N_PER_TASK_HELDOUT:
+        seen = set(exclude)
+        while len([r for r in rows if r["task"] == task]) < per_task:
             if task == "next":
                 msg, ans = gen_task(task, rng, passages)
             elif task == "continue":
@@ -262,12 +264,33 @@ def write_heldout(out_dir=DATA_DIR):
         print(f"wrote {path}: {len(rows)} rows")
 
 
+# A larger held-out set for paired comparisons (e.g. MoE capacity dropping on vs off): test-split
+# passages, its own seed, no message shared with val or test.
+EVAL_SEED = 555001
+N_PER_TASK_EVAL = 300
+
+
+def write_eval_set(out_dir=DATA_DIR, per_task=N_PER_TASK_EVAL):
+    exclude = {r["message"] for s in ("val", "test") for r in heldout_set(s)}
+    rows = heldout_set("test", per_task=per_task, seed=EVAL_SEED, exclude=exclude)
+    path = os.path.join(out_dir, "eval_large.jsonl")
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
+                                "message": r["message"]}) + "\n")
+    print(f"wrote {path}: {len(rows)} rows")
+
+
 def main():
     ap = argparse.ArgumentParser(description="Corpus statistics and the held-out task sets {val,test}.jsonl.")
     ap.add_argument("--corpus", default=CORPUS_DIR, help="folder of Gutenberg *.txt (default: %(default)s)")
     ap.add_argument("--out-dir", default=DATA_DIR, help="where {val,test}.jsonl go (default: models/data)")
+    ap.add_argument("--eval-set", action="store_true",
+                    help=f"also write eval_large.jsonl ({N_PER_TASK_EVAL} prompts per task, seed {EVAL_SEED})")
     a = ap.parse_args()
     set_corpus_dir(a.corpus)
+    if a.eval_set:
+        write_eval_set(a.out_dir)
     ps = load_passages()
     for s in ("train", "val", "test"):
         sel = [p for p in ps if p["split"] == s]
