@@ -43,7 +43,7 @@ pub enum EngineError {
     #[error("{path}: bad model config: {reason}")]
     Config { path: PathBuf, reason: String },
     /// The checkpoint names an architecture we do not run.
-    #[error("{path}: unknown architecture `{}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3)", shown(arch))]
+    #[error("{path}: unknown architecture `{}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3, qwen3moe)", shown(arch))]
     UnknownArchitecture { path: PathBuf, arch: String },
     /// No tokenizer could be found or built.
     #[error("{path}: tokenizer: {reason}")]

@@ -184,6 +184,67 @@ fn tiny_llama_q8_0_matches_dequantised_transformers() {
     assert_eq!(greedy(&t, &ps[0], want.len()), want);
 }
 
+// ---------- tiny qwen3moe F32 GGUF (gguf-py, llama.cpp layout) ----------
+
+#[test]
+fn tiny_qwen3moe_gguf_config() {
+    let f = GgufFile::open(&golden("gguf/tiny-qwen3moe-f32.gguf")).unwrap();
+    let c = ModelConfig::from_gguf(&f).unwrap();
+    assert_eq!(c.arch, Architecture::Qwen3Moe);
+    assert_eq!((c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab), (64, 2, 4, 2, 32, 256));
+    // No `expert_weights_norm` key: llama.cpp's qwen3moe renormalises the top-k weights.
+    assert!(f.metadata().get("qwen3moe.expert_weights_norm").is_none());
+    let m = c.moe.clone().unwrap();
+    assert_eq!((m.n_experts, m.top_k, m.expert_ffn, m.norm_topk_prob), (4, 2, 64, true));
+    assert_eq!(c.rope_style, RopeStyle::RotateHalf);
+    assert_eq!((c.rope_theta, c.rotary_dim), (1e6, 32));
+    assert!(c.causal && c.qk_norm && !c.qkv_bias && !c.shift_logits && !c.tie_embeddings);
+    let t = f.get("blk.0.ffn_gate_exps.weight").unwrap();
+    assert_eq!(t.shape, vec![4, 64, 64]);
+    assert_eq!(f.tensor_info("blk.0.ffn_down_exps.weight").unwrap().ne, vec![64, 64, 4]);
+    // The same model from its safetensors has the same configuration.
+    let (hf, _) = load_transformer(&golden("qwen3_moe")).unwrap();
+    assert_eq!(c, hf.config);
+}
+
+#[test]
+fn tiny_qwen3moe_gguf_matches_transformers() {
+    let (t, _) = load_transformer(&golden("gguf/tiny-qwen3moe-f32.gguf")).unwrap();
+    let gpath = golden("qwen3_moe/golden.safetensors");
+    let g = SafetensorsSource::open(&gpath).unwrap();
+    let logits = g.get("logits").unwrap().to_f32_vec().unwrap();
+    let ps = prompts(&gpath);
+    let n = ps[0].len() * 256;
+    for (i, ids) in ps.iter().enumerate() {
+        let err = max_rel_err(&full_forward(&t, ids), &logits[i * n..(i + 1) * n]);
+        assert!(err < 1e-4, "prompt {i}: max relative error {err}");
+    }
+    let want: Vec<u32> = g.get("greedy_ids").unwrap().to_i64_vec().unwrap().into_iter().map(|x| x as u32).collect();
+    assert_eq!(greedy(&t, &ps[0], want.len()), want);
+}
+
+/// A merged expert tensor whose shape disagrees with the expert keys is refused by name.
+#[test]
+fn qwen3moe_gguf_with_wrong_expert_count_is_refused() {
+    use unmask_engine::model::gguf::{GgufValue, GgufWriter};
+    let src = GgufFile::open(&golden("gguf/tiny-qwen3moe-f32.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata().entries() {
+        let v = if k == "qwen3moe.expert_count" { GgufValue::U32(3) } else { v.clone() };
+        w.add_kv(k.clone(), v);
+    }
+    for name in src.names() {
+        let t = src.get(&name).unwrap();
+        w.add_f32_tensor(name, DType::F32, &t.shape, &t.to_f32_vec().unwrap()).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.gguf");
+    w.write(&p).unwrap();
+    let Err(e) = load_transformer(&p) else { panic!("a 3-expert config over 4-expert tensors must fail") };
+    let e = e.to_string();
+    assert!(e.contains("bad.gguf") && e.contains("ffn_"), "{e}");
+}
+
 // ---------- writer / exporter ----------
 
 #[test]
@@ -264,6 +325,10 @@ fn llada_moe_export_f32_roundtrip() {
 #[test]
 fn qwen3_export_f32_roundtrip() {
     export_and_compare("qwen3", DType::F32, 1e-5);
+}
+#[test]
+fn qwen3_moe_export_f32_roundtrip() {
+    export_and_compare("qwen3_moe", DType::F32, 1e-5);
 }
 
 #[test]

@@ -127,6 +127,10 @@ fn qwen2_matches_transformers() {
 fn qwen3_matches_transformers() {
     check_arch("qwen3");
 }
+#[test]
+fn qwen3_moe_matches_transformers() {
+    check_arch("qwen3_moe");
+}
 
 /// The prefix-cache path gives the same logits as a full bidirectional forward when the cache
 /// holds exactly what a full forward would compute (block = suffix, prefix cached from the same input).

@@ -42,7 +42,7 @@ pub struct ModelRecord {
     pub id: ModelId,
     /// Unique name; also the folder name under `models/` for managed models.
     pub name: String,
-    /// Architecture (`llada`, `dream`, `llada-moe`, `llama`, `qwen2`, `qwen3`).
+    /// Architecture (`llada`, `dream`, `llada-moe`, `llama`, `qwen2`, `qwen3`, `qwen3moe`).
     pub architecture: String,
     pub format: ModelFormat,
     /// Dominant weight type of the matrices (`F32`, `BF16`, `Q8_0`, ...).

@@ -10,9 +10,11 @@ Usage (from the repository root):
     .venv/bin/python tests/reference/make_tiny_models.py llada qwen3 # a subset
 
 Writes `tests/golden/<name>/{config.json, model.safetensors, golden.safetensors}` for
-name in llada, dream, llada_moe, llama, qwen2, qwen3, plus the GGUF export of the tiny
-llama model under `tests/golden/gguf/` (Q8_0 only; set UNMASK_GGUF_F32=1 to also write
-the uncommitted 430 KB `tiny-llama-f32.gguf`). See `tests/golden/README.md` for the layout.
+name in llada, dream, llada_moe, llama, qwen2, qwen3, qwen3_moe, plus the GGUF export of the
+tiny llama model under `tests/golden/gguf/` (`gguf`: Q8_0 only; set UNMASK_GGUF_F32=1 to also
+write the uncommitted 430 KB `tiny-llama-f32.gguf`) and an F32 llama.cpp-style `qwen3moe`
+GGUF of the qwen3_moe model there (`gguf_qwen3_moe`, merged expert tensors). See
+`tests/golden/README.md` for the layout.
 
 Everything is seeded and runs on one CPU thread; running it twice gives identical
 bytes. Each model's transformers logits are cross-checked against the independent
@@ -379,6 +381,34 @@ def build_qwen3(out_dir, seed):
     return _finish_ar(Qwen3ForCausalLM(cfg).eval(), out_dir, seed, "qwen3")
 
 
+def build_qwen3_moe(out_dir, seed):
+    # Qwen3 attention (explicit head_dim 32, GQA 4/2, per-head q/k norm) with every layer MoE:
+    # 4 experts, top-2, top-k weights renormalised (norm_topk_prob true, as Qwen3-30B-A3B)
+    E, K, MI = 4, 2, 64
+    cfg = Qwen3MoeConfig(**hf_common(num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6, attention_bias=False,
+                                     use_sliding_window=False, num_experts=E, num_experts_per_tok=K,
+                                     moe_intermediate_size=MI, norm_topk_prob=True, decoder_sparse_step=1,
+                                     mlp_only_layers=[], bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+                                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}))
+    model = Qwen3MoeForCausalLM(cfg).eval()
+    for layer in model.model.layers:
+        assert layer.mlp.gate.norm_topk_prob is True and layer.mlp.gate.top_k == K
+        assert not hasattr(layer.mlp, "shared_expert")
+    info = _finish_ar(model, out_dir, seed, "qwen3_moe")
+    # save_pretrained writes the published per-expert layout, not transformers 5's fused experts
+    from safetensors import safe_open
+    with safe_open(os.path.join(out_dir, "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert f.get_tensor("model.layers.0.mlp.gate.weight").shape == (E, HIDDEN)
+        assert f.get_tensor("model.layers.0.mlp.experts.0.gate_proj.weight").shape == (MI, HIDDEN)
+        assert f.get_tensor("model.layers.0.mlp.experts.0.down_proj.weight").shape == (HIDDEN, MI)
+    assert not any("gate_up_proj" in k for k in keys)
+    assert all(f"model.layers.{i}.mlp.experts.{e}.{p}_proj.weight" in keys
+               for i in range(LAYERS) for e in range(E) for p in ("gate", "up", "down"))
+    info["router_min_gap"] = router_min_gap(model, prompts(seed + 1), K)
+    return info
+
+
 # ----------------------------------------------------------------------------- GGUF export
 
 def llama_cpp_permute(w, n_head):
@@ -495,6 +525,76 @@ def llama_cpp_permute_inverse(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def build_qwen3_moe_gguf(out_dir, src_dir):
+    """F32 GGUF of the qwen3_moe model as llama.cpp's converter writes a `qwen3moe`: no Q/K
+    permutation (NEOX RoPE), router `ffn_gate_inp`, experts merged per projection into
+    `ffn_{gate,up}_exps` (ne {n_embd, n_ff_exp, n_expert}) and `ffn_down_exps`
+    (ne {n_ff_exp, n_embd, n_expert}); no `expert_weights_norm` key (llama.cpp's graph always
+    renormalises). Same weights, so the same logits as `qwen3_moe/golden.safetensors`."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    cfg = json.load(open(os.path.join(src_dir, "config.json")))
+    sd = load_file(os.path.join(src_dir, "model.safetensors"))
+    E = cfg.get("num_experts") or cfg["num_local_experts"]
+    assert cfg["norm_topk_prob"] is True
+    per = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+           "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+           "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm", "mlp.gate": "ffn_gate_inp"}
+    tensors, used = [("token_embd.weight", sd["model.embed_tokens.weight"])], {"model.embed_tokens.weight"}
+    for i in range(cfg["num_hidden_layers"]):
+        for hf, gg in per.items():
+            k = f"model.layers.{i}.{hf}.weight"
+            tensors.append((f"blk.{i}.{gg}.weight", sd[k]))
+            used.add(k)
+        for p in ("gate", "up", "down"):
+            ks = [f"model.layers.{i}.mlp.experts.{e}.{p}_proj.weight" for e in range(E)]
+            tensors.append((f"blk.{i}.ffn_{p}_exps.weight", np.stack([sd[k] for k in ks])))
+            used.update(ks)
+    tensors += [("output_norm.weight", sd["model.norm.weight"]), ("output.weight", sd["lm_head.weight"])]
+    used.update(["model.norm.weight", "lm_head.weight"])
+    assert used == set(sd), set(sd) - used
+
+    path = os.path.join(out_dir, "tiny-qwen3moe-f32.gguf")
+    wr = gguf.GGUFWriter(path, "qwen3moe")
+    wr.add_name("unmask-tiny-qwen3moe-f32")
+    wr.add_context_length(cfg["max_position_embeddings"])
+    wr.add_embedding_length(cfg["hidden_size"])
+    wr.add_block_count(cfg["num_hidden_layers"])
+    wr.add_feed_forward_length(cfg["intermediate_size"])
+    wr.add_head_count(cfg["num_attention_heads"])
+    wr.add_head_count_kv(cfg["num_key_value_heads"])
+    wr.add_key_length(cfg["head_dim"])
+    wr.add_value_length(cfg["head_dim"])
+    wr.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    wr.add_rope_freq_base(cfg["rope_theta"])
+    wr.add_expert_count(E)
+    wr.add_expert_used_count(cfg["num_experts_per_tok"])
+    wr.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    wr.add_vocab_size(cfg["vocab_size"])
+    wr.add_bos_token_id(cfg["bos_token_id"])
+    wr.add_eos_token_id(cfg["eos_token_id"])
+    wr.add_pad_token_id(cfg["pad_token_id"])
+    wr.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for name, w in tensors:
+        wr.add_tensor(name, np.ascontiguousarray(w.astype(np.float32)))
+    wr.write_header_to_file()
+    wr.write_kv_data_to_file()
+    wr.write_tensors_to_file()
+    wr.close()
+
+    # independent check: numpy forward straight from the GGUF against the transformers logits
+    from safetensors.torch import load_file as load_pt
+    gold = load_pt(os.path.join(src_dir, "golden.safetensors"))
+    worst = 0.0
+    for p in range(gold["input_ids"].shape[0]):
+        ref = np_reference.forward_gguf_qwen3moe(path, gold["input_ids"][p].numpy())
+        got = gold["logits"][p].double().numpy()
+        worst = max(worst, float(np.abs(ref - got).max() / np.abs(ref).max()))
+    assert worst < 1e-5, f"{path}: numpy GGUF forward vs transformers mismatch {worst:.3e}"
+    return dict(np_err=worst, tensors=len(tensors))
+
+
 # ----------------------------------------------------------------------------- main
 
 BUILDERS = {  # name -> (builder, seed offset)
@@ -504,16 +604,22 @@ BUILDERS = {  # name -> (builder, seed offset)
     "llama": (build_llama, 400),
     "qwen2": (build_qwen2, 500),
     "qwen3": (build_qwen3, 600),
+    "qwen3_moe": (build_qwen3_moe, 700),
+}
+GGUF_BUILDERS = {  # name -> (builder, source model); both write into tests/golden/gguf/
+    "gguf": (build_llama_gguf, "llama"),
+    "gguf_qwen3_moe": (build_qwen3_moe_gguf, "qwen3_moe"),
 }
 
 
 def main(argv):
-    names = argv or list(BUILDERS) + ["gguf"]
+    names = argv or list(BUILDERS) + list(GGUF_BUILDERS)
     for name in names:
-        out = os.path.join(GOLDEN, name)
+        out = os.path.join(GOLDEN, "gguf" if name in GGUF_BUILDERS else name)
         os.makedirs(out, exist_ok=True)
-        if name == "gguf":
-            info = build_llama_gguf(out, os.path.join(GOLDEN, "llama"))
+        if name in GGUF_BUILDERS:
+            fn, src = GGUF_BUILDERS[name]
+            info = fn(out, os.path.join(GOLDEN, src))
         else:
             fn, off = BUILDERS[name]
             info = fn(out, SEED + off)

@@ -18,6 +18,8 @@ It is also meant to be readable as a spec for the Rust engine:
 * SwiGLU MLP: down(silu(gate x) * up x)
 * MoE (LLaDA-MoE): p = softmax(router x) over all experts, take top-k of p,
   NO renormalisation, out = sum_k p_k * expert_k(x)
+* MoE (Qwen3-MoE, `norm_topk_prob` true): the same, but the top-k p are divided by
+  their sum first; llama.cpp's `qwen3moe` GGUF graph always does this
 
 Usage: python3 np_reference.py tests/golden/llada   (prints max error vs golden)
 """
@@ -96,7 +98,9 @@ def forward(model_dir, ids, causal=None):
     if mt == "llada":
         return _forward_llada(cfg, W, ids)
     if mt == "llada_moe":
-        return _forward_llada_moe(cfg, W, ids)
+        return _forward_moe(cfg, W, ids, causal=False)
+    if mt == "qwen3_moe":
+        return _forward_moe(cfg, W, ids, causal=True if causal is None else causal)
     # HF Qwen2/Qwen3/Llama naming (Dream, llama, qwen2, qwen3)
     if causal is None:
         causal = mt != "Dream"
@@ -157,26 +161,38 @@ def _forward_hf(cfg, W, ids, causal):
     return lin(x, head)
 
 
-def _forward_llada_moe(cfg, W, ids):
+def moe_ffn(h, router, expert, k, renormalise):
+    """h: [seq, H]; router: [E, H]; expert(e) -> (gate, up, down) matrices of expert e."""
+    probs = softmax(lin(h, router))  # [seq, E]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-probs[t], kind="stable")[:k]
+        wts = probs[t, top] / (probs[t, top].sum() if renormalise else 1.0)
+        for e, wt in zip(top, wts):
+            g, u, d = expert(e)
+            out[t] += wt * lin(silu(lin(h[t], g)) * lin(h[t], u), d)
+    return out
+
+
+def _forward_moe(cfg, W, ids, causal):
+    """LLaDA-MoE (bidirectional, no renormalisation) and Qwen3-MoE (causal, `norm_topk_prob`)."""
     eps = cfg["rms_norm_eps"]
-    E, K = cfg["num_experts"], cfg["num_experts_per_tok"]
-    assert cfg["norm_topk_prob"] is False
+    E, K = cfg.get("num_experts") or cfg["num_local_experts"], cfg["num_experts_per_tok"]
+    assert cfg.get("decoder_sparse_step", 1) == 1 and not cfg.get("mlp_only_layers")
     x = W["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         b = f"model.layers.{i}."
         h = rms_norm(x, W[b + "input_layernorm.weight"], eps)
-        x = x + _attn_hf(cfg, W, b, h, causal=False, qk_norm=True)
+        x = x + _attn_hf(cfg, W, b, h, causal=causal, qk_norm=True)
         h = rms_norm(x, W[b + "post_attention_layernorm.weight"], eps)
         m = b + "mlp."
-        probs = softmax(lin(h, W[m + "gate.weight"]))  # [seq, E]
-        out = np.zeros_like(h)
-        for t in range(h.shape[0]):
-            top = np.argsort(-probs[t], kind="stable")[:K]
-            for e in top:
-                ex = f"{m}experts.{e}."
-                y = lin(silu(lin(h[t], W[ex + "gate_proj.weight"])) * lin(h[t], W[ex + "up_proj.weight"]), W[ex + "down_proj.weight"])
-                out[t] += probs[t, e] * y  # norm_topk_prob = false: raw softmax prob
-        x = x + out
+        assert W[m + "gate.weight"].shape[0] == E
+
+        def expert(e):
+            ex = f"{m}experts.{e}."
+            return W[ex + "gate_proj.weight"], W[ex + "up_proj.weight"], W[ex + "down_proj.weight"]
+
+        x = x + moe_ffn(h, W[m + "gate.weight"], expert, K, renormalise=bool(cfg["norm_topk_prob"]))
     x = rms_norm(x, W["model.norm.weight"], eps)
     return lin(x, W["lm_head.weight"])
 
@@ -210,6 +226,47 @@ def forward_gguf_llama(path, ids):
         x = x + lin(attention(q, k, v, causal=True), W[b + "attn_output.weight"])
         h = rms_norm(x, W[b + "ffn_norm.weight"], eps)
         x = x + lin(silu(lin(h, W[b + "ffn_gate.weight"])) * lin(h, W[b + "ffn_up.weight"]), W[b + "ffn_down.weight"])
+    x = rms_norm(x, W["output_norm.weight"], eps)
+    return lin(x, W.get("output.weight", W["token_embd.weight"]))
+
+
+def _gguf_weights(path):
+    import gguf
+    from gguf.quants import dequantize
+
+    r = gguf.GGUFReader(path)
+    kv = {f.name: f.contents() for f in r.fields.values()}
+    W = {}
+    for t in r.tensors:
+        shape = [int(v) for v in t.shape][::-1]  # GGUF ne is innermost-first
+        W[t.name] = dequantize(np.asarray(t.data), t.tensor_type).reshape(shape).astype(np.float64)
+    return kv, W
+
+
+def forward_gguf_qwen3moe(path, ids):
+    """Causal Qwen3-MoE forward straight from a llama.cpp `qwen3moe` GGUF: rotate-half (NEOX)
+    RoPE, per-head q/k RMSNorm before it, merged expert tensors `ffn_{gate,up,down}_exps`
+    ([E, out, in] here), top-k softmax weights always renormalised (llama.cpp's graph)."""
+    kv, W = _gguf_weights(path)
+    a = kv["general.architecture"]
+    assert a == "qwen3moe", a
+    n_h, n_kv = kv[f"{a}.attention.head_count"], kv[f"{a}.attention.head_count_kv"]
+    hd = kv[f"{a}.attention.key_length"]
+    eps, theta = kv[f"{a}.attention.layer_norm_rms_epsilon"], kv[f"{a}.rope.freq_base"]
+    K = kv[f"{a}.expert_used_count"]
+    seq = len(ids)
+    x = W["token_embd.weight"][ids]
+    for i in range(kv[f"{a}.block_count"]):
+        b = f"blk.{i}."
+        h = rms_norm(x, W[b + "attn_norm.weight"], eps)
+        q = rms_norm(lin(h, W[b + "attn_q.weight"]).reshape(seq, n_h, hd), W[b + "attn_q_norm.weight"], eps)
+        k = rms_norm(lin(h, W[b + "attn_k.weight"]).reshape(seq, n_kv, hd), W[b + "attn_k_norm.weight"], eps)
+        v = lin(h, W[b + "attn_v.weight"]).reshape(seq, n_kv, hd)
+        q, k = rope_rotate_half(q, theta), rope_rotate_half(k, theta)
+        x = x + lin(attention(q, k, v, causal=True), W[b + "attn_output.weight"])
+        h = rms_norm(x, W[b + "ffn_norm.weight"], eps)
+        g, u, d = (W[b + f"ffn_{p}_exps.weight"] for p in ("gate", "up", "down"))
+        x = x + moe_ffn(h, W[b + "ffn_gate_inp.weight"], lambda e: (g[e], u[e], d[e]), K, renormalise=True)
     x = rms_norm(x, W["output_norm.weight"], eps)
     return lin(x, W.get("output.weight", W["token_embd.weight"]))
 

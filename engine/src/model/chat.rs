@@ -50,7 +50,7 @@ impl ChatTemplate {
     pub fn for_arch(arch: Architecture) -> Self {
         match arch {
             Architecture::Llada | Architecture::Llama => ChatTemplate::Llada,
-            Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 => {
+            Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
                 ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }
             }
             Architecture::LladaMoe => ChatTemplate::LladaMoe,
@@ -157,6 +157,13 @@ mod tests {
         let mut with_sys = vec![ChatMessage::system("Be brief.")];
         with_sys.extend(convo());
         assert!(t.render(&with_sys, false).starts_with("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user"));
+    }
+
+    #[test]
+    fn qwen3_moe_speaks_chatml_like_qwen3() {
+        let t = ChatTemplate::for_arch(Architecture::Qwen3Moe);
+        assert_eq!(t, ChatTemplate::for_arch(Architecture::Qwen3));
+        assert_eq!(t.stop_strings(), &["<|im_end|>", "<|endoftext|>"]);
     }
 
     #[test]

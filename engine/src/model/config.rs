@@ -22,6 +22,8 @@ pub enum Architecture {
     Qwen2,
     /// Qwen3 family, autoregressive (per-head QK norm).
     Qwen3,
+    /// Qwen3-MoE (`Qwen3MoeForCausalLM`): Qwen3 attention with routed experts in every layer, autoregressive.
+    Qwen3Moe,
 }
 
 impl Architecture {
@@ -38,6 +40,7 @@ impl Architecture {
             Architecture::Llama => "llama",
             Architecture::Qwen2 => "qwen2",
             Architecture::Qwen3 => "qwen3",
+            Architecture::Qwen3Moe => "qwen3moe",
         }
     }
     /// Parses a GGUF architecture string.
@@ -49,6 +52,7 @@ impl Architecture {
             "llama" => Architecture::Llama,
             "qwen2" => Architecture::Qwen2,
             "qwen3" => Architecture::Qwen3,
+            "qwen3moe" => Architecture::Qwen3Moe,
             _ => return None,
         })
     }
@@ -199,7 +203,7 @@ impl ModelConfig {
                 }
             }
             _ => {
-                // Qwen2 / Llama / Qwen3 / Dream / LLaDA-MoE share the HF "hidden_size" vocabulary.
+                // Qwen2 / Llama / Qwen3 / Qwen3-MoE / Dream / LLaDA-MoE share the HF "hidden_size" vocabulary.
                 let hidden = r.positive("hidden_size")?;
                 let n_heads = r.positive("num_attention_heads")?;
                 let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
@@ -213,7 +217,9 @@ impl ModelConfig {
                         ))
                     }
                 };
-                let moe = if arch == Architecture::LladaMoe {
+                let moe = if arch == Architecture::Qwen3Moe {
+                    Some(qwen3_moe_config(&r)?)
+                } else if arch == Architecture::LladaMoe {
                     let expert_ffn = match r.opt_usize("moe_intermediate_size")? {
                         Some(v) => v,
                         None => match r.opt_usize("expert_intermediate_size")? {
@@ -266,7 +272,7 @@ impl ModelConfig {
                     rms_eps: r.opt_f32("rms_norm_eps")?.unwrap_or(1e-6),
                     qkv_bias: matches!(arch, Architecture::Qwen2 | Architecture::Dream)
                         || r.opt_bool("attention_bias")?.unwrap_or(false),
-                    qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::LladaMoe)
+                    qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::LladaMoe)
                         && r.opt_bool("qk_layernorm")?.unwrap_or(true),
                     moe,
                     causal: !arch.is_diffusion(),
@@ -529,6 +535,7 @@ fn detect_hf_architecture(json: &Value, path: &Path) -> Result<Architecture> {
             "LlamaForCausalLM" => Some(Architecture::Llama),
             "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
             "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
+            "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
             _ => None,
         };
         if let Some(f) = found {
@@ -542,11 +549,46 @@ fn detect_hf_architecture(json: &Value, path: &Path) -> Result<Architecture> {
         "llama" => Some(Architecture::Llama),
         "qwen2" => Some(Architecture::Qwen2),
         "qwen3" => Some(Architecture::Qwen3),
+        "qwen3_moe" => Some(Architecture::Qwen3Moe),
         _ => None,
     };
     by_type.ok_or_else(|| EngineError::UnknownArchitecture {
         path: path.to_owned(),
         arch: if archs.is_empty() { model_type } else { archs.join(",") },
+    })
+}
+
+/// The MoE settings of a Qwen3-MoE `config.json`. Only configs whose every layer is MoE are
+/// accepted (`decoder_sparse_step` 1, `mlp_only_layers` empty), as in the published checkpoints
+/// and in llama.cpp's `qwen3moe`.
+fn qwen3_moe_config(r: &HfReader) -> Result<MoeConfig> {
+    let step = r.opt_usize("decoder_sparse_step")?.unwrap_or(1);
+    if step != 1 {
+        return Err(EngineError::config(
+            r.path,
+            format!("`decoder_sparse_step` is {step}; only 1 (every layer MoE) is supported"),
+        ));
+    }
+    match r.get("mlp_only_layers") {
+        None => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(v) => {
+            return Err(EngineError::config(
+                r.path,
+                format!("`mlp_only_layers` is {}; only an empty list (every layer MoE) is supported", describe(v)),
+            ))
+        }
+    }
+    Ok(MoeConfig {
+        // Published configs say `num_experts`; transformers 5 writes `num_local_experts`.
+        n_experts: match r.opt_usize("num_experts")? {
+            Some(n) => n,
+            None => r.usize("num_local_experts")?,
+        },
+        top_k: r.usize("num_experts_per_tok")?,
+        expert_ffn: r.usize("moe_intermediate_size")?,
+        // transformers' Qwen3MoeConfig default; the published checkpoints set it true.
+        norm_topk_prob: r.opt_bool("norm_topk_prob")?.unwrap_or(false),
     })
 }
 
@@ -633,6 +675,52 @@ mod tests {
         let json = serde_json::json!({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"});
         let e = ModelConfig::from_hf_json(&json, Path::new("x/config.json")).unwrap_err();
         assert!(matches!(e, EngineError::UnknownArchitecture { .. }), "{e}");
+    }
+
+    fn qwen3_30b_a3b() -> serde_json::Value {
+        serde_json::json!({
+            "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+            "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+            "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+            "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6, "vocab_size": 151936, "max_position_embeddings": 40960,
+            "tie_word_embeddings": false, "attention_bias": false, "bos_token_id": 151643, "eos_token_id": 151645
+        })
+    }
+
+    #[test]
+    fn qwen3_moe_config_is_understood() {
+        let c = ModelConfig::from_hf_json(&qwen3_30b_a3b(), Path::new("config.json")).unwrap();
+        assert_eq!(c.arch, Architecture::Qwen3Moe);
+        assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim, c.q_dim()), (32, 4, 128, 4096));
+        assert_eq!(c.moe, Some(MoeConfig { n_experts: 128, top_k: 8, expert_ffn: 768, norm_topk_prob: true }));
+        assert!(c.causal && c.qk_norm && !c.qkv_bias && !c.shift_logits && !c.tie_embeddings);
+        assert_eq!(c.arch.gguf_name(), "qwen3moe");
+        // transformers 5 writes `num_local_experts`; the model type alone also names the family.
+        let mut j = qwen3_30b_a3b();
+        let o = j.as_object_mut().unwrap();
+        o.remove("num_experts");
+        o.remove("architectures");
+        o.insert("num_local_experts".into(), serde_json::json!(64));
+        let c = ModelConfig::from_hf_json(&j, Path::new("config.json")).unwrap();
+        assert_eq!((c.arch, c.moe.unwrap().n_experts), (Architecture::Qwen3Moe, 64));
+    }
+
+    #[test]
+    fn qwen3_moe_with_dense_layers_is_refused() {
+        for (key, value, expect) in [
+            ("decoder_sparse_step", serde_json::json!(2), "`decoder_sparse_step` is 2"),
+            ("mlp_only_layers", serde_json::json!([0, 3]), "`mlp_only_layers` is a list of 2 items"),
+        ] {
+            let mut j = qwen3_30b_a3b();
+            j.as_object_mut().unwrap().insert(key.into(), value);
+            let e = ModelConfig::from_hf_json(&j, Path::new("m/config.json")).unwrap_err().to_string();
+            assert!(e.contains("m/config.json") && e.contains(expect), "{e}");
+        }
+        let mut j = qwen3_30b_a3b();
+        j.as_object_mut().unwrap().insert("num_experts_per_tok".into(), serde_json::json!(129));
+        let e = ModelConfig::from_hf_json(&j, Path::new("config.json")).unwrap_err().to_string();
+        assert!(e.contains("`num_experts_per_tok` is 129"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! HF decoder naming shared by Llama, Qwen2, Qwen3 and Dream (`model.layers.N.self_attn.*`).
+//! HF decoder naming shared by Llama, Qwen2, Qwen3, Qwen3-MoE and Dream (`model.layers.N.self_attn.*`).
 
 use super::{Global, NameScheme, Part};
 
-/// `model.embed_tokens`, `model.layers.N.{self_attn,mlp}.*`, `model.norm`, `lm_head`.
+/// `model.embed_tokens`, `model.layers.N.{self_attn,mlp}.*`, `model.norm`, `lm_head`; experts
+/// (Qwen3-MoE) as `model.layers.N.mlp.experts.E.{gate,up,down}_proj`, router `mlp.gate`.
 pub struct HfDecoderNames;
 
 /// Name of a layer part under `model.layers.{l}.` (shared with LLaDA-MoE).

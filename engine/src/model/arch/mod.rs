@@ -66,8 +66,10 @@ pub fn hf_scheme(cfg: &ModelConfig) -> Box<dyn NameScheme> {
     match cfg.arch {
         Architecture::Llada => Box::new(llada::LladaNames),
         Architecture::LladaMoe => Box::new(llada_moe::LladaMoeNames),
-        Architecture::Dream | Architecture::Llama | Architecture::Qwen2 | Architecture::Qwen3 => {
-            Box::new(hf_decoder::HfDecoderNames)
-        }
+        Architecture::Dream
+        | Architecture::Llama
+        | Architecture::Qwen2
+        | Architecture::Qwen3
+        | Architecture::Qwen3Moe => Box::new(hf_decoder::HfDecoderNames),
     }
 }

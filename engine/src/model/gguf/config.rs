@@ -73,7 +73,7 @@ impl Keys<'_> {
 }
 
 impl ModelConfig {
-    /// Reads the configuration of a llama.cpp GGUF (archs llama, qwen2, qwen3, llada, dream, llada-moe).
+    /// Reads the configuration of a llama.cpp GGUF (archs llama, qwen2, qwen3, qwen3moe, llada, dream, llada-moe).
     ///
     /// Biases, QK norms and tied heads are detected from which tensors exist, as llama.cpp does.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
@@ -115,15 +115,13 @@ impl ModelConfig {
             },
         };
         let moe = match k.opt_usize("expert_count")? {
-            Some(n) if n > 0 => Some(MoeConfig {
-                n_experts: n,
-                top_k: k.usize("expert_used_count")?,
-                expert_ffn: match k.opt_usize("expert_feed_forward_length")? {
-                    Some(f) => f,
-                    None => k.usize("feed_forward_length")?,
-                },
-                norm_topk_prob: k.opt_bool_abs(&k.full("expert_weights_norm"))?.unwrap_or(false),
-            }),
+            Some(n) if n > 0 => Some(moe_config(&k, arch, n)?),
+            _ if arch == Architecture::Qwen3Moe => {
+                return Err(EngineError::config(
+                    path,
+                    format!("`{arch_s}.expert_count` is missing or 0; a qwen3moe model needs at least one expert"),
+                ))
+            }
             _ => None,
         };
         // The llama.cpp converter permutes Q/K rows of `llama` and `llada` for adjacent-pair RoPE.
@@ -167,4 +165,20 @@ impl ModelConfig {
         cfg.validate_keys(path, &crate::model::config::ConfigKeys::gguf(arch_s))?;
         Ok(cfg)
     }
+}
+
+/// The MoE keys of an architecture with `n_experts` routed experts.
+fn moe_config(k: &Keys, arch: Architecture, n_experts: usize) -> Result<MoeConfig> {
+    let top_k = k.usize("expert_used_count")?;
+    let qwen3moe = arch == Architecture::Qwen3Moe;
+    let expert_ffn = match k.opt_usize("expert_feed_forward_length")? {
+        Some(f) => f,
+        // llama.cpp's qwen3moe: n_ff / n_expert_used when the key is absent.
+        None if qwen3moe && top_k > 0 => k.usize("feed_forward_length")? / top_k,
+        None => k.usize("feed_forward_length")?,
+    };
+    // llama.cpp's qwen3moe graph always renormalises the top-k weights; a file of ours that says
+    // otherwise (exported from a config with `norm_topk_prob` false) is taken at its word.
+    let norm_topk_prob = k.opt_bool_abs(&k.full("expert_weights_norm"))?.unwrap_or(qwen3moe);
+    Ok(MoeConfig { n_experts, top_k, expert_ffn, norm_topk_prob })
 }

@@ -182,7 +182,7 @@ pub fn permute_rows_for_interleaved(w: &[f32], n_heads: usize, k_in: usize) -> V
     out
 }
 
-/// Converts an HF-format model directory (LLaDA, Dream, LLaDA-MoE, Llama, Qwen2/3) to a GGUF with
+/// Converts an HF-format model directory (LLaDA, Dream, LLaDA-MoE, Llama, Qwen2/3, Qwen3-MoE) to a GGUF with
 /// llama.cpp's architecture names, keys and tensor names. Matrices are stored as `dtype`
 /// (F32, F16 or Q8_0; rows that are not whole Q8_0 blocks stay F32); 1-D tensors stay F32.
 /// Tokenizer metadata is written when the directory has a BPE `tokenizer.json`.
@@ -402,7 +402,7 @@ fn write_tokenizer_keys(w: &mut GgufWriter, cfg: &ModelConfig, path: &Path) -> R
         .unwrap_or_default();
     let pre = detect_pre(json.get("pre_tokenizer")).unwrap_or(match cfg.arch {
         Architecture::Llama | Architecture::Llada => "llama-bpe",
-        Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 => "qwen2",
+        Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => "qwen2",
         Architecture::LladaMoe => "default",
     });
     w.add_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));

@@ -83,7 +83,7 @@ fn build() -> Result<Seeds, FuzzError> {
         gguf_other.push(spm);
     }
     let mut configs: Vec<Vec<u8>> = models.iter().filter_map(|(_, f)| file(f, "config.json")).collect();
-    for dir in ["llada", "dream", "llada_moe", "llama", "qwen2", "qwen3"] {
+    for dir in ["llada", "dream", "llada_moe", "llama", "qwen2", "qwen3", "qwen3_moe"] {
         configs.extend(std::fs::read(root.join("tests/golden").join(dir).join("config.json")).ok());
     }
     for dir in ["tiny-llada", "tiny-ar", "tiny-draft", "tiny-llada-moe"] {
