@@ -11,6 +11,7 @@ mod robustness;
 mod serve;
 mod specar;
 mod kernels;
+mod moe_measured;
 mod store;
 mod synth;
 mod tasks;
@@ -65,6 +66,7 @@ fn main() -> Result<()> {
             "serve" => serve::run(quick)?,
             "versus" => versus::run(quick)?,
             "specar" => specar::run(quick)?,
+            "moe-measured-tmp" => moe_measured::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

@@ -179,3 +179,42 @@ fn an_autoregressive_model_runs_with_its_own_defaults() {
     let v = env.json(&["generate", "What is 12+7?", "-m", "tiny-ar", "--draft", "tiny-draft", "--json", "--no-record"]);
     assert!(v["speculation"]["accepted"].is_u64());
 }
+
+#[test]
+fn moe_calibration_is_stored_and_drives_static_tiers() {
+    let env = Env::new();
+    // A dense model has nothing to calibrate.
+    let out = env.run(&["moe", "calibrate", "-m", "tiny-llada", "--limit", "3"]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a mixture-of-experts"), "{out:?}");
+    // Before calibrating, there is nothing to show.
+    let out = env.run(&["moe", "show", "-m", "tiny-llada-moe"]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    let cal = env.json(&["moe", "calibrate", "-m", "tiny-llada-moe", "--limit", "20", "--json"]);
+    let prompts: u64 = cal["prompts"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).sum();
+    assert_eq!(prompts, 20);
+    let shown = env.json(&["moe", "show", "-m", "tiny-llada-moe", "--json"]);
+    assert_eq!(shown, cal, "the stored calibration is the one computed");
+
+    let base = ["generate", "What is 12+7?", "-m", "tiny-llada-moe", "--json", "--no-record"];
+    let exact = env.json(&base);
+    assert_eq!(exact["moe"]["launches"].as_u64(), exact["moe"]["layer_runs"].as_u64(), "cpu: one region per layer");
+    assert_eq!(exact["moe"]["dropped"], 0);
+    let mut a = base.to_vec();
+    a.extend(["--moe", "static-tiers"]);
+    let tiers = env.json(&a);
+    let m = &tiers["moe"];
+    assert!(m["launches"].as_u64().unwrap() <= 2 * m["layer_runs"].as_u64().unwrap(), "grouped: {m}");
+    assert!(m["padded_rows"].as_u64().unwrap() > 0, "static shapes pad: {m}");
+    let mut a = base.to_vec();
+    a.extend(["--moe", "naive"]);
+    let naive = env.json(&a);
+    assert_eq!(naive["tokens"], exact["tokens"], "per-expert launches are exact");
+    assert!(naive["moe"]["launches"].as_u64().unwrap() > 2 * naive["moe"]["layer_runs"].as_u64().unwrap());
+    // Dense models ignore the flag.
+    let dense = env.json(&["generate", "What is 12+7?", "--moe", "naive", "--json", "--no-record", "--gen-length", "16", "--steps", "16", "--block-length", "16"]);
+    assert!(dense["moe"].is_null());
+    let out = env.run(&["generate", "hi", "--moe", "fast"]);
+    assert_eq!(out.status.code(), Some(2));
+}

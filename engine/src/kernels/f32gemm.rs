@@ -119,6 +119,27 @@ pub fn gemm(w: &PackedF32, x: &[f32], m: usize, y: &mut [f32]) {
     });
 }
 
+/// [`gemm`] on the calling thread only: for callers that already run one task per worker (a
+/// grouped expert launch), where splitting each small product again costs more than it gains.
+pub fn gemm_serial(w: &PackedF32, x: &[f32], m: usize, y: &mut [f32]) {
+    assert!(x.len() >= m * w.k && y.len() >= m * w.n);
+    let np = w.n.div_ceil(PANEL);
+    let simd = available();
+    // Strips of two panels, as the parallel path cuts them (the microkernel's widest tile).
+    for t in 0..np.div_ceil(2) {
+        let (p0, p1) = (2 * t, (2 * t + 2).min(np));
+        if simd {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F was detected; buffer sizes were checked above.
+            unsafe {
+                x86::strip(w, x, m, p0, p1, y.as_mut_ptr())
+            }
+        } else {
+            scalar_strip(w, x, m, p0, p1, y.as_mut_ptr());
+        }
+    }
+}
+
 fn scalar_strip(w: &PackedF32, x: &[f32], m: usize, p0: usize, p1: usize, y: *mut f32) {
     let k = w.k;
     for p in p0..p1 {

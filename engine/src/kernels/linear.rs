@@ -275,6 +275,23 @@ impl Linear {
     }
 
     /// `y[m, n_out] = x[m, k_in] · Wᵀ` (overwrites `y`).
+    /// [`Linear::forward`] without splitting the product across workers where the storage allows
+    /// it (packed f32 and plain f32); other storages run their usual kernel.
+    pub fn forward_serial(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        let (n, k) = (self.n_out, self.k_in);
+        if m == 0 || n == 0 {
+            return;
+        }
+        if let Some(w) = self.f32_slice() {
+            gemm_x_wt(m, n, k, x, w, y, gemm::Parallelism::None);
+            return;
+        }
+        match &self.storage {
+            WeightStorage::F32Packed(w) => super::f32gemm::gemm_serial(w, x, m, y),
+            _ => self.forward(x, m, y),
+        }
+    }
+
     pub fn forward(&self, x: &[f32], m: usize, y: &mut [f32]) {
         let (n, k) = (self.n_out, self.k_in);
         debug_assert!(x.len() >= m * k && y.len() >= m * n);

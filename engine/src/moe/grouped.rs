@@ -52,6 +52,20 @@ pub fn swiglu_rows(ex: &Expert, x: &[f32], m: usize, y: &mut [f32]) -> f64 {
     2.0 * (3 * m * h * f) as f64
 }
 
+/// As [`swiglu_rows`], each product on the calling thread (one tile of a grouped launch).
+fn swiglu_rows_serial(ex: &Expert, x: &[f32], m: usize, y: &mut [f32]) -> f64 {
+    let (f, h) = (ex.gate.n_out, ex.gate.k_in);
+    let (mut g, mut u) = (vec![0.0f32; m * f], vec![0.0f32; m * f]);
+    ex.gate.forward_serial(x, m, &mut g);
+    ex.up.forward_serial(x, m, &mut u);
+    swiglu_inplace(&mut g, &u);
+    ex.down.forward_serial(&g, m, y);
+    2.0 * (3 * m * h * f) as f64
+}
+
+/// Rows of one tile of a grouped launch.
+const TILE_ROWS: usize = 16;
+
 /// One expert's slice of a group's unified buffer.
 struct Segment<'a> {
     expert: usize,
@@ -62,7 +76,7 @@ struct Segment<'a> {
 
 /// Runs one group as one launch: gathers every member's tokens into one buffer (each segment
 /// padded to its capacity with zero rows), runs the members in one parallel region, and adds the
-/// weighted outputs into `x`. Returns FLOPs (padding rows included: a static graph computes them).
+/// weighted outputs into `x`. Returns the FLOPs computed (the used rows: see the padding note).
 pub fn run_group(
     experts: &[Expert],
     group: &[usize],
@@ -96,23 +110,25 @@ pub fn run_group(
             rest = tail;
         }
     }
-    // Split both buffers at segment boundaries so each member runs on its own slices.
-    let mut work: Vec<(&Segment, &[f32], &mut [f32])> = Vec::with_capacity(segments.len());
+    // One parallel region for the whole group: every member's rows cut into tiles of at most
+    // TILE_ROWS, each tile a whole SwiGLU on one worker (no fork/join per matrix product).
+    let mut work: Vec<(usize, &[f32], &mut [f32])> = Vec::with_capacity(total.div_ceil(TILE_ROWS) + segments.len());
     {
         let (mut inp, mut out) = (input.as_slice(), output.as_mut_slice());
         for s in &segments {
             let (i, it) = inp.split_at(s.rows * h);
             let (o, ot) = out.split_at_mut(s.rows * h);
-            work.push((s, i, o));
+            // Padding rows are part of the static shape an NPU graph computes; on the CPU they
+            // hold zeros whose outputs are never read, so only the used rows are computed here.
+            let used = s.routed.len() * h;
+            for (ic, oc) in i[..used].chunks(TILE_ROWS * h).zip(o[..used].chunks_mut(TILE_ROWS * h)) {
+                work.push((s.expert, ic, oc));
+            }
             inp = it;
             out = ot;
         }
     }
-    let flops: f64 = work
-        .par_iter_mut()
-        .filter(|(s, _, _)| s.rows > 0)
-        .map(|(s, i, o)| swiglu_rows(&experts[s.expert], i, s.rows, o))
-        .sum();
+    let flops: f64 = work.par_iter_mut().map(|(e, i, o)| swiglu_rows_serial(&experts[*e], i, i.len() / h, o)).sum();
     let mut offset = 0;
     for s in &segments {
         let seg = &output[offset * h..(offset + s.rows) * h];

@@ -1,6 +1,7 @@
 //! `DecodeSettings` with extreme values (0, usize::MAX, NaN, ±inf, negatives) validated against
 //! real model configs and fuzz-chosen prompts. The input is a byte string read as choices.
 
+use unmask_engine::moe::MoePolicy;
 use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
@@ -117,6 +118,10 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             stable_checks: size(src),
             max_checks: size(src),
             schedule: src.pick(&[CpuPathSchedule::Async, CpuPathSchedule::Lockstep]),
+        }),
+        moe: src.one_in(3).then(|| unmask_engine::moe::MoeSettings {
+            policy: src.pick(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]),
+            renormalise_dropped: src.one_in(2),
         }),
     }
 }
