@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use specta::Type;
 use unmask_engine::decode::{self as engine_decode, CacheMode, DreamAlg, Remasking};
+use unmask_engine::moe::{MoePolicy, MoeSettings};
 use unmask_engine::run::{BackendSpec, SettingsOverrides, DEFAULT_DEVICE};
 
 /// Display state of one canvas position.
@@ -118,6 +119,16 @@ pub enum CacheChoice {
     Dual,
 }
 
+/// How mixture-of-experts layers run (dense models ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum MoeChoice {
+    #[default]
+    Cpu,
+    Naive,
+    StaticTiers,
+}
+
 /// The decoding knobs the UI edits (a subset of the engine's settings; see `settings_schema`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(rename_all = "camelCase")]
@@ -138,6 +149,9 @@ pub struct DecodeSettings {
     #[specta(type = i32)]
     pub cfg_scale: f64,
     pub seed: u32,
+    /// MoE execution policy; missing in settings saved before it existed.
+    #[serde(default)]
+    pub moe: MoeChoice,
 }
 
 impl Default for DecodeSettings {
@@ -167,6 +181,7 @@ impl DecodeSettings {
             alg: o.alg.unwrap_or(DreamAlg::Origin),
             speculative: o.speculative,
             revision: o.revision,
+            moe: o.moe,
             ..engine_decode::DecodeSettings::default()
         })
     }
@@ -201,6 +216,11 @@ impl DecodeSettings {
             alg: Some(alg),
             speculative: self.speculative.then(Default::default),
             revision: self.revision.then(Default::default),
+            moe: match self.moe {
+                MoeChoice::Cpu => None,
+                MoeChoice::Naive => Some(MoeSettings { policy: MoePolicy::Naive, ..Default::default() }),
+                MoeChoice::StaticTiers => Some(MoeSettings { policy: MoePolicy::StaticTiers, ..Default::default() }),
+            },
             ..SettingsOverrides::default()
         })
     }
@@ -236,6 +256,11 @@ impl DecodeSettings {
             revision: s.revision.is_some(),
             cfg_scale: s.cfg_scale,
             seed: u32::try_from(s.seed).unwrap_or(u32::MAX),
+            moe: match s.moe.map(|m| m.policy) {
+                None | Some(MoePolicy::Cpu) => MoeChoice::Cpu,
+                Some(MoePolicy::Naive) => MoeChoice::Naive,
+                Some(MoePolicy::StaticTiers) => MoeChoice::StaticTiers,
+            },
         }
     }
 }
@@ -293,6 +318,8 @@ pub struct ModelEntry {
     pub embedded: bool,
     pub fits_memory: bool,
     pub run_count: u32,
+    /// The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none.
+    pub moe_calibration: Option<String>,
 }
 
 /// A named set of decoding settings plus backend.

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use unmask_engine::decode::{self as engine_decode, trim_at_stop, CancelFlag, StepFrame};
 use unmask_engine::model::ChatMessage;
-use unmask_engine::run::{effective_settings, stop_ids, RunOutcome as EngineRunOutcome, Session};
+use unmask_engine::moe::ffn::StaticPlan;
+use unmask_engine::moe::{MoeCalibration, MoePolicy};
+use unmask_engine::run::{effective_settings, static_plan, stop_ids, RunOutcome as EngineRunOutcome, Session};
 use unmask_engine::EngineError;
 use unmask_store::{recorded_outcome, MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord};
 
@@ -18,6 +20,9 @@ use crate::error::{AppError, AppResult};
 use crate::runs::summary_of;
 use crate::sink::EventSink;
 use crate::state::AppState;
+
+/// Name of the MoE calibration runs use (the CLI's `unmask moe calibrate` writes it).
+pub const MOE_CALIBRATION: &str = "default";
 
 /// Shared sink of a generation's events.
 pub type GenerateSink = Arc<dyn EventSink<GenerateEvent>>;
@@ -96,6 +101,26 @@ impl AppState {
         Ok(summary)
     }
 
+    /// The static MoE plan a static-tiers run of `model` uses: from its stored calibration (the
+    /// one `unmask moe calibrate` writes), or none (the session then plans uniformly).
+    async fn moe_plan(
+        &self,
+        model: &ModelRecord,
+        loaded: &Loaded,
+        settings: &engine_decode::DecodeSettings,
+    ) -> AppResult<Option<Arc<StaticPlan>>> {
+        let wants_tiers = settings.moe.is_some_and(|m| m.policy == MoePolicy::StaticTiers);
+        if !wants_tiers || loaded.transformer.moe_shape().is_none() {
+            return Ok(None);
+        }
+        let Some(stored) = self.store.get_moe_calibration(model.id, MOE_CALIBRATION).await? else {
+            return Ok(None);
+        };
+        let cal: MoeCalibration = serde_json::from_value(stored.data)
+            .map_err(|e| AppError::invalid(format!("the stored MoE calibration of {} is damaged: {e}", model.name)))?;
+        Ok(Some(static_plan(&loaded.transformer, Some(&cal))?))
+    }
+
     /// Loads (or reuses) a model on a blocking thread.
     pub(crate) async fn load(&self, model: &ModelRecord) -> AppResult<Arc<Loaded>> {
         let path = self.store.model_path(model);
@@ -135,12 +160,14 @@ impl AppState {
             canvas_length: (prompt_len + settings.gen_length) as u32,
         });
 
+        let moe_plan = self.moe_plan(model, &loaded, &settings).await?;
         let interval = self.frame_interval;
         let backend = backend.clone();
         let worker_loaded = loaded.clone();
         let worker_settings = settings.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let job = DecodeJob { loaded: worker_loaded, ids, settings: worker_settings, backend, sink, cancel, interval };
+            let job =
+                DecodeJob { loaded: worker_loaded, moe_plan, ids, settings: worker_settings, backend, sink, cancel, interval };
             let result = job.run(&mut rec);
             (rec, result)
         })
@@ -195,6 +222,8 @@ struct Failure {
 /// The blocking part of a run.
 struct DecodeJob {
     loaded: Arc<Loaded>,
+    /// The static MoE plan from the model's calibration (MoE models that have one).
+    moe_plan: Option<Arc<StaticPlan>>,
     ids: Vec<u32>,
     settings: engine_decode::DecodeSettings,
     backend: BackendChoice,
@@ -227,8 +256,12 @@ impl DecodeJob {
         };
         // The same session type the CLI runs through: backend built from its spec, request
         // checked, answer cut at the stop tokens, timeline sliced.
-        let result = Session::open(self.loaded.clone(), &self.backend.to_spec())
-            .and_then(|mut session| session.run(&self.ids, &self.settings, &self.cancel, &mut on_frame));
+        let result = Session::open(self.loaded.clone(), &self.backend.to_spec()).and_then(|mut session| {
+            if let Some(plan) = self.moe_plan.clone() {
+                session.set_moe_plan(plan)?;
+            }
+            session.run(&self.ids, &self.settings, &self.cancel, &mut on_frame)
+        });
         if let Some(batch) = batcher.finish() {
             let _ = self.sink.send(GenerateEvent::Frames { frames: batch });
         }

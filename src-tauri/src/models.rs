@@ -64,6 +64,17 @@ impl AppState {
         Ok(rows.into_iter().map(|(m, n)| (m, u32::try_from(n).unwrap_or(u32::MAX))).collect())
     }
 
+    /// The one-line summary of a model's stored MoE calibration, if it has one.
+    async fn calibration_summary(&self, id: ModelId) -> AppResult<Option<String>> {
+        let Some(c) = self.store.get_moe_calibration(id, crate::generate::MOE_CALIBRATION).await? else {
+            return Ok(None);
+        };
+        Ok(Some(match serde_json::from_value::<unmask_engine::moe::MoeCalibration>(c.data) {
+            Ok(cal) => cal.summary(),
+            Err(e) => format!("damaged calibration: {e}"),
+        }))
+    }
+
     fn entry(&self, m: &ModelRecord, counts: &HashMap<ModelId, u32>, memory: u64) -> ModelEntry {
         ModelEntry {
             id: m.id,
@@ -80,19 +91,28 @@ impl AppState {
             embedded: self.is_embedded(m),
             fits_memory: fits_memory(m.size_bytes, memory),
             run_count: counts.get(&m.id).copied().unwrap_or(0),
+            moe_calibration: None,
         }
     }
 
     /// One model's manager entry.
     pub async fn model_entry(&self, m: &ModelRecord) -> AppResult<ModelEntry> {
-        Ok(self.entry(m, &self.run_counts().await?, total_memory_bytes()))
+        let mut e = self.entry(m, &self.run_counts().await?, total_memory_bytes());
+        e.moe_calibration = self.calibration_summary(m.id).await?;
+        Ok(e)
     }
 
     /// Every registered model.
     pub async fn list_models(&self) -> AppResult<Vec<ModelEntry>> {
         let counts = self.run_counts().await?;
         let memory = total_memory_bytes();
-        Ok(self.store.list_models().await?.iter().map(|m| self.entry(m, &counts, memory)).collect())
+        let mut out = Vec::new();
+        for m in self.store.list_models().await? {
+            let mut e = self.entry(&m, &counts, memory);
+            e.moe_calibration = self.calibration_summary(m.id).await?;
+            out.push(e);
+        }
+        Ok(out)
     }
 
     /// Registers a model folder or `.gguf` file from disk, in place (no multi-GB copy); the

@@ -89,6 +89,11 @@ pub fn settings_schema() -> Vec<SettingInfo> {
                 "NPU-aware decoding: committed tokens stay 'visible' (revisable) until re-checks on a concurrent CPU path confirm them as 'stable'; a token the model later clearly prefers to replace is revised (shown as revised tokens)."),
             d.revision,
         ),
+        choice(
+            info("moe", "Mixture-of-experts execution", SettingKind::Choice,
+                "MoE models only (dense models ignore it): cpu routes every token to its experts exactly, all experts in one parallel pass; naive launches each expert separately (what a simple NPU offload does); staticTiers gives each expert a fixed capacity from the model's calibration, drops the least salient tokens beyond it, and runs experts in groups, one launch per group."),
+            &["cpu", "naive", "staticTiers"], "cpu",
+        ),
         range(
             info("cfgScale", "Guidance scale (CFG)", SettingKind::Float,
                 "Classifier-free guidance (LLaDA): 0 is off; larger values push the answer towards the prompt by contrasting with a prompt-less forward, which doubles the work per step. Not combinable with a KV cache."),

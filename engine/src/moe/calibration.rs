@@ -114,6 +114,27 @@ impl MoeCalibration {
         self.peak_share.get(b).and_then(|p| p.get(layer)).cloned().unwrap_or_else(|| vec![0.0; self.n_experts])
     }
 
+    /// How uneven routing is: the busiest expert's share of its layer over the uniform share,
+    /// maximised over layers (1.0 = perfectly balanced), over all buckets together.
+    pub fn max_skew(&self) -> f64 {
+        let last = self.buckets.len();
+        (0..self.n_layers)
+            .map(|li| self.popularity(last, li).into_iter().fold(0.0f64, f64::max) * self.n_experts as f64)
+            .fold(0.0, f64::max)
+    }
+
+    /// One line for people: prompts seen and how uneven routing is.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} prompts · {} layers x {} experts (top-{}) · busiest expert {:.1}x its fair share",
+            self.total_prompts(),
+            self.n_layers,
+            self.n_experts,
+            self.top_k,
+            self.max_skew()
+        )
+    }
+
     /// Checks a calibration read from storage against a model's MoE shape.
     pub fn check_shape(&self, n_layers: usize, n_experts: usize, top_k: usize) -> Result<()> {
         let nb = self.buckets.len();
@@ -153,6 +174,9 @@ mod tests {
         let empty = MoeCalibration::new(2, 4, 2, &[8]).unwrap();
         assert_eq!(empty.popularity(0, 1), vec![0.25; 4]);
         assert!(c.check_shape(1, 4, 2).is_ok());
+        // Over all buckets: expert 1 has 56 of 120 pairs.
+        assert!((c.max_skew() - 4.0 * 56.0 / 120.0).abs() < 1e-9, "{}", c.max_skew());
+        assert!(c.summary().starts_with("3 prompts"));
         assert!(c.check_shape(2, 4, 2).is_err());
     }
 

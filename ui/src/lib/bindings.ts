@@ -124,6 +124,8 @@ export type DecodeSettings = {
 	revision: boolean,
 	cfgScale: number,
 	seed: number,
+	/**  MoE execution policy; missing in settings saved before it existed. */
+	moe?: MoeChoice,
 };
 
 /**  Streamed while a download runs. */
@@ -201,7 +203,12 @@ export type ModelEntry = {
 	embedded: boolean,
 	fitsMemory: boolean,
 	runCount: number,
+	/**  The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none. */
+	moeCalibration: string | null,
 };
+
+/**  How mixture-of-experts layers run (dense models ignore it). */
+export type MoeChoice = "cpu" | "naive" | "staticTiers";
 
 /**  A named set of decoding settings plus backend. */
 export type Preset = {

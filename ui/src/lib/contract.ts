@@ -40,6 +40,7 @@ export type DecodeSettings = {
   revision: boolean;
   cfgScale: number;
   seed: number;
+  moe: "cpu" | "naive" | "staticTiers";
 };
 /** Schema entry describing one setting for the settings form. */
 export type SettingInfo = {
@@ -68,6 +69,7 @@ export type ModelEntry = {
   embedded: boolean;
   fitsMemory: boolean;
   runCount: number;
+  moeCalibration: string | null;
 };
 /** Named decoding settings plus backend. */
 export type Preset = {
