@@ -109,3 +109,4 @@ fn comparison_reports_simulated_ratios() {
     let host = DeviceProfile::builtin("host-cpu").unwrap();
     assert!(compare_policies(&w, &host, 256).is_err());
 }
+
