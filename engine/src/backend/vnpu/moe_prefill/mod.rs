@@ -310,15 +310,20 @@ pub fn simulate_prefill(
     policy: PrefillPolicy,
 ) -> Result<PrefillResult> {
     let shape = &workload.shape;
-    if routing.layers.len() != shape.n_layers || routing.tokens() == 0 {
+    let experts_ok =
+        routing.layers.iter().all(|l| l.per_expert.len() == shape.n_experts && l.tokens == routing.tokens());
+    if routing.layers.len() != shape.n_layers || routing.tokens() == 0 || !experts_ok {
         return Err(EngineError::InvalidRequest(format!(
-            "{}: the routing covers {} layers of {} tokens, the model has {} layers",
+            "{}: the routing covers {} layers of {} tokens, the model has {} layers of {} experts",
             shape.name,
             routing.layers.len(),
             routing.tokens(),
-            shape.n_layers
+            shape.n_layers,
+            shape.n_experts
         )));
     }
+    // The workload's fields are public: a plan swapped in by hand must still fit the shape.
+    workload.plan.check(shape.n_layers, shape.n_experts)?;
     let units = Units::new(profile, &workload.setup);
     let mut t = Tally::default();
     let npu_used = match policy {

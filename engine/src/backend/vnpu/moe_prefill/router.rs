@@ -30,7 +30,7 @@ pub struct RouterParams {
 
 impl Default for RouterParams {
     fn default() -> Self {
-        RouterParams { dirichlet_alpha: 1.0, prompt_jitter_sigma: 0.3, model_seed: 0x6d6f_655f_7369_6d }
+        RouterParams { dirichlet_alpha: 1.0, prompt_jitter_sigma: 0.3, model_seed: 0x006d_6f65_5f73_696d }
     }
 }
 

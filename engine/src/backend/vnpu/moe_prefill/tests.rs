@@ -109,4 +109,3 @@ fn comparison_reports_simulated_ratios() {
     let host = DeviceProfile::builtin("host-cpu").unwrap();
     assert!(compare_policies(&w, &host, 256).is_err());
 }
-
