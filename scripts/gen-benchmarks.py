@@ -37,6 +37,7 @@ TITLES = {
     "robustness": "hostile inputs",
     "serve": "the OpenAI-compatible server under load and faults",
     "specar": "speculative decoding of autoregressive models (measured)",
+    "moe": "MoE prefill on NPUs: CPU only vs naive per-expert dispatch vs static tiers + groups + residency",
 }
 TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "next"]
 SIM = "**SIMULATED**"
@@ -670,9 +671,68 @@ def render_specar(d):
     return "\n".join(out)
 
 
+def render_moe(d):
+    out = []
+    s = d.get("simulated") or {}
+    if s:
+        hc = s.get("headline_config") or {}
+        out.append(f"### moe: simulated prefill ({SIM})\n")
+        out.append("Time to first token of one prompt through every layer, from the virtual NPU's cost model "
+                   "(`engine/src/backend/vnpu/moe_prefill/`); routing from a seeded synthetic router (estimates), "
+                   f"the static plan calibrated on seed {g((s.get('setup') or {}).get('calibration_seed'))} and judged on seed "
+                   f"{g((s.get('setup') or {}).get('evaluation_seed'))}. Headline configuration: {hc.get('model')} on "
+                   f"`{hc.get('device')}`, {g(hc.get('prompt_tokens'))} tokens. What each policy means: docs/moe.md.\n")
+        goals = s.get("goals") or {}
+        parts = []
+        for k in ["speedup_vs_naive_npu", "cpu_busy_ratio_vs_cpu"]:
+            x = goals.get(k) or {}
+            if x:
+                bound = (f"; the naive prefill spends {pct(x.get('naive_moe_share'))} in its MoE part, so even a free "
+                         f"MoE part would give at most {fx(x.get('bound_if_moe_free'), 2)}x") if "bound_if_moe_free" in x else ""
+                parts.append(f"`{k}` goal {fx(x.get('goal'), 2)}x, got {fx(x.get('got'), 2)}x "
+                             f"({'met' if x.get('met') else 'not met'}{bound})")
+        if parts:
+            out.append("Goals: " + "; ".join(parts) + ".\n")
+        rows = []
+        for r in s.get("results") or []:
+            p = r.get("policies") or {}
+            c, n, o = p.get("cpu-only") or {}, p.get("naive-npu") or {}, p.get("static-tiers-grouped") or {}
+            rows.append([r.get("model", ""), f"`{r.get('device')}`", g(r.get("prompt_tokens")),
+                         fx(c.get("prefill_s"), 3), fx(n.get("prefill_s"), 3), fx(o.get("prefill_s"), 3),
+                         fx(r.get("speedup_vs_naive_npu"), 2), fx(r.get("speedup_vs_cpu"), 2),
+                         fx(n.get("energy_j"), 2), fx(o.get("energy_j"), 2), fx(r.get("cpu_busy_ratio_vs_cpu"), 1),
+                         f"{g(n.get('expert_launches'))} / {g(o.get('expert_launches'))}",
+                         g(o.get("cpu_groups")), pct(r.get("drop_rate"), 2), fx(r.get("speedup_bound_if_moe_free"), 2)])
+        out.append(table(["model", "device", "prompt", "CPU-only s", "naive NPU s", "ours s", "vs naive", "vs CPU",
+                          "naive J", "ours J", "CPU busy ratio", "expert launches naive / ours", "groups on CPU",
+                          "dropped", "bound if MoE free"], rows))
+        rg = s.get("ranges") or {}
+        if rg:
+            out.append("Over all configurations: " + "; ".join(
+                f"`{k}` {fx(v.get('min'), 3)}–{fx(v.get('max'), 3)}" for k, v in sorted(rg.items()) if isinstance(v, dict))
+                + f"; drop rate over all pairs {pct(rg.get('drop_rate_all_configs'), 2)}.\n")
+        sw = s.get("group_size_sweep") or {}
+        if sw.get("results"):
+            out.append(f"Group size ({sw.get('model')} on `{sw.get('device')}`, {g(sw.get('prompt_tokens'))} tokens, "
+                       f"{SIM}):\n")
+            out.append(table(["experts per group", "groups per layer", "ours s", "vs naive", "expert launches",
+                              "groups on CPU", "padded rows", "dropped"],
+                             [[g(x.get("group_size")), g(x.get("groups_per_layer")), fx(x.get("ours_prefill_s"), 3),
+                               fx(x.get("speedup_vs_naive_npu"), 2), g(x.get("expert_launches")), g(x.get("cpu_groups")),
+                               g(x.get("padded_rows")), pct(x.get("drop_rate"), 2)] for x in sw["results"]]))
+        st = s.get("setup") or {}
+        notes = [st.get(k) for k in ["router_note", "cpu_lane", "sync_note", "budget_note"] if st.get(k)]
+        if notes:
+            out.append("Setup (from the JSON): " + "; ".join(notes) + ".\n")
+    m = d.get("measured")
+    if isinstance(m, dict) and m:
+        out.append("### moe: measured\n\n" + kv_table({k: v for k, v in m.items() if not isinstance(v, (dict, list))}))
+    return "\n".join(out)
+
+
 RENDER = {"forward": render_forward, "kernels": render_kernels, "decoding": render_decoding,
           "ablation": render_ablation, "quality": render_quality, "store": render_store,
-          "serve": render_serve, "specar": render_specar}
+          "serve": render_serve, "specar": render_specar, "moe": render_moe}
 
 
 # ----------------------------------------------------------------------------- document

@@ -11,6 +11,7 @@ mod robustness;
 mod serve;
 mod specar;
 mod kernels;
+mod moe;
 mod moe_measured;
 mod store;
 mod synth;
@@ -34,6 +35,7 @@ const SUITES: &[(&str, &str)] = &[
     ("robustness", "hostile inputs: fuzzer, bad-input corpus vs the unmask binary, RSS soaks"),
     ("serve", "unmask serve under load: requests/s, time to first token, faults, no lost runs"),
     ("specar", "speculative AR decoding: plain AR vs sync vs adaptive vs async, measured, lossless check"),
+    ("moe", "MoE prefill on NPUs: CPU only vs naive per-expert dispatch vs static tiers + groups + residency (simulated)"),
     ("versus", "side by side with llama.cpp's llama-diffusion-cli on the same GGUFs (speed, parity)"),
 ];
 
@@ -66,7 +68,7 @@ fn main() -> Result<()> {
             "serve" => serve::run(quick)?,
             "versus" => versus::run(quick)?,
             "specar" => specar::run(quick)?,
-            "moe-measured-tmp" => moe_measured::run(quick)?,
+            "moe" => moe::run(quick)?,
             other => bail!("unknown suite `{other}` (try --list)"),
         };
         if let Value::Object(m) = &mut result {

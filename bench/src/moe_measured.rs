@@ -165,9 +165,6 @@ pub fn run(quick: bool) -> Result<Value> {
     eprintln!("[moe] timing prefill: per-expert launches vs grouped vs dynamic");
     let prefill = time_prefill(&t, &plan, &ids, if quick { 5 } else { 30 })?;
     let longest = prefill.as_array().and_then(|a| a.last()).cloned().unwrap_or(Value::Null);
-    if std::env::var("TMP_TIMING_ONLY").is_ok() {
-        return Ok(json!({"prefill": prefill}));
-    }
 
     // Accuracy: exact routing vs capacity dropping with and without renormalisation.
     let per_task = if quick { 20 } else { 300 };

@@ -7,7 +7,7 @@ use unmask_engine::backend::vnpu::DeviceProfile;
 #[test]
 fn builtin_profiles_are_complete_and_cited() {
     let names = DeviceProfile::list_builtin();
-    for want in ["sm8650", "sm8750", "sm8850", "dimensity9400", "kirin9010", "generic", "host-cpu"] {
+    for want in ["sm8650", "sm8750", "sm8850", "dimensity9400", "kirin9010", "generic", "m2-max", "a18-pro", "host-cpu"] {
         assert!(names.contains(&want), "missing {want}");
     }
     for name in names {
@@ -50,6 +50,17 @@ fn published_figures_are_the_cited_ones() {
     assert_eq!(n.session_va_bytes.value, 3 * (1 << 30) + 3 * (1 << 28));
     assert_eq!(DeviceProfile::builtin("sm8850").unwrap().npu.unwrap().int8_tops.value, 89.4);
     assert_eq!(DeviceProfile::builtin("host-cpu").unwrap().memory.dram_gbps.value, 11.0);
+    // Apple Neural Engine profiles (docs/sources.md §A1).
+    let m2 = DeviceProfile::builtin("m2-max").unwrap();
+    let ane = m2.npu.as_ref().unwrap();
+    assert_eq!(ane.fp16_tops.value, 15.8);
+    assert_eq!(ane.dram_read_gbps.value, 62.0);
+    assert_eq!(ane.launch_overhead_s.value, 95e-6);
+    assert_eq!(m2.memory.dram_gbps.value, 400.0);
+    assert_eq!(m2.cpu.total_cores(), 12);
+    let a18 = DeviceProfile::builtin("a18-pro").unwrap();
+    assert_eq!(a18.npu.as_ref().unwrap().int8_tops.value, 35.0);
+    assert_eq!(a18.cpu.total_cores(), 6);
 }
 
 /// Every source lives in the repository: a section of docs/sources.md that exists, a fit to the

@@ -9,7 +9,8 @@
 //!   lowest-saliency first;
 //! - [`grouped`]: experts gathered into one unified, padded buffer per group and run as one launch;
 //! - [`residency`]: which groups stay on the NPU and which run on the CPU concurrently;
-//! - [`ffn`]: the MoE feed-forward under each [`MoePolicy`], as the transformer calls it.
+//! - [`ffn`]: the MoE feed-forward under each [`MoePolicy`], as the transformer calls it;
+//! - [`shape`]: published MoE model shapes for simulations that need no weights.
 
 pub mod calibration;
 pub mod capacity;
@@ -17,6 +18,7 @@ pub mod ffn;
 pub mod grouped;
 pub mod residency;
 pub mod routing;
+pub mod shape;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +30,7 @@ pub use ffn::{MoeExecution, MoeLayer, MoeStats};
 pub use grouped::ExpertGroups;
 pub use residency::{GroupCost, Placement, ResidencyPlan};
 pub use routing::Routing;
+pub use shape::MoeShape;
 
 /// One routed expert: a SwiGLU MLP `down(silu(gate(x)) * up(x))`.
 #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod cost;
 pub mod cpu_path;
+pub mod moe_prefill;
 pub mod pim;
 pub mod profile;
 pub mod replay;

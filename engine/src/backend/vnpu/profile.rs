@@ -166,6 +166,8 @@ const BUILTIN: &[(&str, &str)] = &[
     ("dimensity9400", include_str!("../../../profiles/dimensity9400.json")),
     ("kirin9010", include_str!("../../../profiles/kirin9010.json")),
     ("generic", include_str!("../../../profiles/generic.json")),
+    ("m2-max", include_str!("../../../profiles/m2-max.json")),
+    ("a18-pro", include_str!("../../../profiles/a18-pro.json")),
     ("host-cpu", include_str!("../../../profiles/host-cpu.json")),
 ];
 
