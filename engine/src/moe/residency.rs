@@ -4,8 +4,11 @@
 //! Each NPU launch costs a fixed dispatch time; a cold group (few tokens) costs little compute but a
 //! full launch, so it can be cheaper on the CPU, which runs concurrently with the NPU groups. The CPU
 //! groups' results are merged with one synchronisation. A layer's time is then
-//! `max(NPU launches + NPU compute, CPU compute + sync)`; groups move to the CPU, coldest first,
-//! while that shrinks. Groups whose weights no longer fit the NPU's resident budget go to the CPU too.
+//! `max(NPU launches + NPU compute, CPU compute + sync)`. Groups move to the CPU, coldest first,
+//! while that lowers the layer's energy-delay product (time × energy): a move that saves a little
+//! time by waking power-hungry CPU cores is refused (minimising time alone ran phones' CPU lanes
+//! at several times the NPU's energy in the simulated prefill). Without energies the rule is time
+//! alone. Groups whose weights do not fit the NPU's resident budget go to the CPU regardless.
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +33,10 @@ pub struct GroupCost {
     pub popularity: f64,
     /// Weight bytes the group keeps resident on the NPU.
     pub weight_bytes: u64,
+    /// Energy of its NPU compute (joules; 0 when unknown).
+    pub npu_j: f64,
+    /// Energy of its CPU compute (joules; 0 when unknown).
+    pub cpu_j: f64,
 }
 
 /// The decision for one layer and the time it predicts.
@@ -80,15 +87,29 @@ impl ResidencyPlan {
             let cpu = if p.contains(&Placement::Cpu) { cpu + sync_s } else { 0.0 };
             (npu, cpu)
         };
-        // Coldest first: move a group to the CPU while that shortens the layer.
+        let energy = |p: &[Placement]| -> f64 {
+            groups.iter().zip(p).map(|(c, pl)| if *pl == Placement::Npu { c.npu_j } else { c.cpu_j }).sum()
+        };
+        // Time × energy, or time alone when no energies are known.
+        let score = |p: &[Placement]| -> f64 {
+            let (n, c) = lanes(p);
+            let e = energy(p);
+            if e > 0.0 {
+                n.max(c) * e
+            } else {
+                n.max(c)
+            }
+        };
+        // Coldest first: move a group to the CPU while that shortens the layer and lowers the score.
         for &g in order.iter().rev() {
             if placement[g] == Placement::Cpu {
                 continue;
             }
             let (n0, c0) = lanes(&placement);
+            let s0 = score(&placement);
             placement[g] = Placement::Cpu;
             let (n1, c1) = lanes(&placement);
-            if n1.max(c1) >= n0.max(c0) {
+            if n1.max(c1) >= n0.max(c0) || score(&placement) >= s0 {
                 placement[g] = Placement::Npu;
             }
         }
@@ -102,7 +123,7 @@ mod tests {
     use super::*;
 
     fn g(npu_s: f64, cpu_s: f64, popularity: f64) -> GroupCost {
-        GroupCost { npu_s, cpu_s, popularity, weight_bytes: 10 }
+        GroupCost { npu_s, cpu_s, popularity, weight_bytes: 10, npu_j: 0.0, cpu_j: 0.0 }
     }
 
     #[test]
@@ -117,6 +138,21 @@ mod tests {
         // When merging the CPU lane costs more than any overlap gains, nothing moves.
         let p = ResidencyPlan::decide(&groups, 1e-3, 20e-3, u64::MAX);
         assert!(p.placement.iter().all(|&x| x == Placement::Npu));
+    }
+
+    #[test]
+    fn a_move_that_costs_much_more_energy_is_refused() {
+        // Moving the cold group saves 1 ms of 12 but its CPU energy is 50x its NPU energy.
+        let mut groups = vec![g(10e-3, 100e-3, 0.9), g(0.1e-3, 0.5e-3, 0.1)];
+        groups[0].npu_j = 10e-3;
+        groups[1].npu_j = 0.1e-3;
+        groups[1].cpu_j = 5e-3;
+        let p = ResidencyPlan::decide(&groups, 1e-3, 0.1e-3, u64::MAX);
+        assert_eq!(p.placement, vec![Placement::Npu, Placement::Npu]);
+        // When the CPU side is cheap in energy too, the move is taken.
+        groups[1].cpu_j = 0.05e-3;
+        let p = ResidencyPlan::decide(&groups, 1e-3, 0.1e-3, u64::MAX);
+        assert_eq!(p.placement, vec![Placement::Npu, Placement::Cpu]);
     }
 
     #[test]

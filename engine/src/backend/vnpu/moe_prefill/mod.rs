@@ -556,6 +556,8 @@ fn static_tiers_grouped(w: &MoeWorkload, u: &Units, routing: &PromptRouting, t: 
                 cpu_s: g.iter().map(|&e| cpu_experts.at(expected(e)).time_s).sum(),
                 popularity: g.iter().map(|&e| pop.get(e).copied().unwrap_or(0.0)).sum(),
                 weight_bytes: expert_bytes * g.len() as u64,
+                npu_j: g.iter().map(|&e| npu_experts.at(cap_of(e)).time_s).sum::<f64>() * u.power.npu_active_w,
+                cpu_j: g.iter().map(|&e| cpu_experts.at(expected(e)).time_s).sum::<f64>() * u.cpu_lane.active_w,
             })
             .collect();
         let placement = ResidencyPlan::decide(&group_costs, side.launch_s, sync_s, side.expert_budget_per_layer);
