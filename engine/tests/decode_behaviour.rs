@@ -436,6 +436,7 @@ impl Backend for Scripted {
             vocab: v,
             context_len: req.tokens.len(),
             flops: 0.0,
+            moe: None,
         };
         Ok((out, ForwardStats { simulated_s: Some(0.5), tokens: req.tokens.len(), ..Default::default() }))
     }

@@ -122,3 +122,34 @@ fn plans_are_checked_against_the_model() {
     assert!(dense.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(Arc::new(plan)), renormalise_dropped: true }).is_err());
     assert!(calibrate_moe(&dense, &[vec![1, 2, 3]], &CalibrationShape::for_model(&dense, 4), &mut |_, _| {}).is_err());
 }
+
+#[test]
+fn the_virtual_npu_charges_and_shows_expert_launches() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::backend::Backend;
+    let t = Arc::new(model("tiny-llada-moe"));
+    let (layers, experts) = t.moe_shape().unwrap();
+    let top_k = t.config.moe.as_ref().unwrap().top_k;
+    let mut roomy = StaticPlan::uniform(layers, experts, top_k, &[64], 4);
+    for l in &mut roomy.capacities.buckets[0].per_layer {
+        l.iter_mut().for_each(|c| *c = 64);
+    }
+    let roomy = Arc::new(roomy);
+    let tokens = prompts(&t, 1, 48).remove(0);
+    let pos: Vec<usize> = (0..tokens.len()).collect();
+    let req = ForwardRequest { tokens: &tokens, positions: &pos, logits_rows: &pos[..1], kv: KvMode::Ignore };
+    let mut sim = Vec::new();
+    for (policy, plan) in [(MoePolicy::Cpu, None), (MoePolicy::Naive, None), (MoePolicy::StaticTiers, Some(roomy.clone()))] {
+        t.set_moe_execution(MoeExecution { policy, plan, renormalise_dropped: true }).unwrap();
+        let mut npu = VirtualNpu::new(t.clone(), DeviceProfile::builtin("m2-max").unwrap(), VnpuConfig::default()).unwrap();
+        let (out, stats) = npu.forward(&req, None).unwrap();
+        assert!(out.moe.is_some());
+        let moe_events = npu.timeline().events.iter().filter(|e| e.name.contains("MoE:")).count();
+        assert_eq!(moe_events, if policy == MoePolicy::Cpu { 0 } else { layers }, "{policy}");
+        sim.push(stats.simulated_s.unwrap());
+    }
+    t.set_moe_execution(MoeExecution::default()).unwrap();
+    // Per-expert launches cost more simulated time than two group launches per layer, and both
+    // more than the ideal dynamic graph.
+    assert!(sim[1] > sim[2] && sim[2] > sim[0], "{sim:?}");
+}

@@ -274,7 +274,7 @@ impl Backend for Bigram {
         for &r in req.logits_rows {
             logits.extend_from_slice(&self.table[req.tokens[r] as usize]);
         }
-        let out = ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: v, context_len: req.tokens.len(), flops: 0.0 };
+        let out = ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: v, context_len: req.tokens.len(), flops: 0.0, moe: None };
         Ok((out, ForwardStats { tokens: req.tokens.len(), ..Default::default() }))
     }
 }

@@ -56,6 +56,8 @@ pub struct ForwardOutput {
     pub context_len: usize,
     /// Floating-point operations performed (linear + attention), for throughput reports.
     pub flops: f64,
+    /// What this forward's MoE layers did (MoE models only): backends that time MoE launches read it.
+    pub moe: Option<MoeStats>,
 }
 
 impl ForwardOutput {
@@ -316,9 +318,10 @@ impl Transformer {
                 self.layer_forward(li, layer, sc, req, cache.as_deref_mut(), moe)
             })?;
         }
-        if moe_stats.layer_runs > 0 {
+        let moe = (moe_stats.layer_runs > 0).then(|| {
             self.moe.lock().unwrap_or_else(|p| p.into_inner()).1.merge(&moe_stats);
-        }
+            moe_stats
+        });
         if req.kv == KvMode::ReadWrite {
             if let Some(kc) = cache.as_deref_mut() {
                 kc.mark_valid(req.positions.iter().copied());
@@ -339,7 +342,7 @@ impl Transformer {
             })?;
         }
         flops += 2.0 * (m * h * c.vocab) as f64;
-        Ok(ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: c.vocab, context_len: ctx_len, flops })
+        Ok(ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: c.vocab, context_len: ctx_len, flops, moe })
     }
 
     fn layer_forward(

@@ -95,6 +95,9 @@ pub struct MoeStats {
     pub tokens_without_expert: u64,
     /// `expert_tokens[layer][expert]`: routed tokens (before capacity), for calibration.
     pub expert_tokens: Vec<Vec<u64>>,
+    /// `layer_launches[layer]`: expert launches (per expert or per group) of that layer.
+    #[serde(default)]
+    pub layer_launches: Vec<u64>,
 }
 
 impl MoeStats {
@@ -113,12 +116,23 @@ impl MoeStats {
         self.routed += o.routed;
         self.dropped += o.dropped;
         self.padded_rows += o.padded_rows;
-        self.launches += o.launches;
+        // Launches are summed through the per-layer counts below.
         self.tokens_without_expert += o.tokens_without_expert;
         for (li, row) in o.expert_tokens.iter().enumerate() {
             let counts: Vec<usize> = row.iter().map(|&c| c as usize).collect();
             self.add_counts(li, &counts);
         }
+        for (li, &n) in o.layer_launches.iter().enumerate() {
+            self.add_launches(li, n);
+        }
+    }
+
+    fn add_launches(&mut self, layer: usize, n: u64) {
+        if self.layer_launches.len() <= layer {
+            self.layer_launches.resize(layer + 1, 0);
+        }
+        self.layer_launches[layer] += n;
+        self.launches += n;
     }
 
     fn add_counts(&mut self, layer: usize, counts: &[usize]) {
@@ -174,7 +188,7 @@ pub fn moe_ffn(
                     (ei, y, f)
                 })
                 .collect();
-            stats.launches += 1;
+            stats.add_launches(li, 1);
             for (ei, y, f) in outs {
                 flops += f;
                 scatter_add(x, h, &y, &routing.per_expert[ei]);
@@ -185,7 +199,7 @@ pub fn moe_ffn(
                 let xin = gather(xn, h, r.iter().map(|a| a.token));
                 let mut y = vec![0.0f32; r.len() * h];
                 flops += swiglu_rows(&layer.experts[ei], &xin, r.len(), &mut y);
-                stats.launches += 1;
+                stats.add_launches(li, 1);
                 scatter_add(x, h, &y, r);
             }
         }
@@ -206,7 +220,7 @@ pub fn moe_ffn(
             for group in &groups.groups {
                 if group.iter().any(|&g| !routing.per_expert[g].is_empty()) {
                     flops += run_group(layer.experts, group, &caps, &routing.per_expert, xn, h, x);
-                    stats.launches += 1;
+                    stats.add_launches(li, 1);
                 }
             }
         }

@@ -330,6 +330,7 @@ impl Backend for QnnBackend {
             vocab: c.vocab,
             context_len: ctx_len,
             flops: flops(c, n, ctx_len, req.logits_rows.len()),
+            moe: None,
         };
         let stats = ForwardStats {
             wall_s: t0.elapsed().as_secs_f64(),

@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod cost;
 pub mod cpu_path;
+pub mod moe_launches;
 pub mod moe_prefill;
 pub mod pim;
 pub mod profile;
@@ -287,6 +288,24 @@ impl VirtualNpu {
     }
 }
 
+impl VirtualNpu {
+    /// Puts a forward's MoE launches on the NPU lane right after its layer graphs and returns
+    /// their energy: the NPU idles powered while a host core dispatches.
+    fn record_moe_launches(&mut self, c: &moe_launches::MoeLaunchCharge) -> f64 {
+        let mut lanes = self.lanes.lock();
+        let t0 = lanes.timeline().end_sim();
+        let timeline = lanes.timeline_mut();
+        for e in &c.events {
+            let mut e = e.clone();
+            e.start_sim += t0;
+            timeline.push(e);
+        }
+        let host_w = self.profile.cpu.clusters.first().map_or(0.0, |k| k.active_w_per_core.value);
+        let npu_idle_w = self.profile.npu.as_ref().map_or(0.0, |n| n.idle_w.value);
+        c.time_s * (host_w + npu_idle_w)
+    }
+}
+
 impl Backend for VirtualNpu {
     fn name(&self) -> String {
         format!("vnpu:{}", self.profile.name)
@@ -336,10 +355,18 @@ impl Backend for VirtualNpu {
             self.totals.staging_allocations += r.allocations;
             self.totals.staging_pool_bytes = r.pool_bytes;
         }
+        let moe = out
+            .moe
+            .as_ref()
+            .and_then(|m| moe_launches::charge(m, self.model.moe_execution().policy, self.sim.target().launch_overhead_s));
         let (sim_s, energy, padded) = match &step {
             Some(s) => {
                 self.record(s, wall_start, wall_s, report.as_ref());
-                (s.time_s, s.energy_j, s.padded_tokens)
+                let (extra_s, extra_j) = match &moe {
+                    Some(c) => (c.time_s, self.record_moe_launches(c)),
+                    None => (0.0, 0.0),
+                };
+                (s.time_s + extra_s, s.energy_j + extra_j, s.padded_tokens)
             }
             None => (0.0, 0.0, 0),
         };
