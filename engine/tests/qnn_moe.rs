@@ -17,8 +17,8 @@ use unmask_engine::backend::qnn::{QnnBackend, QnnOptions, QnnPrecision};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, CacheMode, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::{load_transformer, Transformer};
-use unmask_engine::moe::ffn::{MoeExecution, DEFAULT_GROUP_SIZE};
-use unmask_engine::moe::{MoePolicy, MoeStats};
+use unmask_engine::moe::ffn::{MoeExecution, StaticPlan, DEFAULT_GROUP_SIZE};
+use unmask_engine::moe::{CapacityTiers, MoePolicy, MoeStats};
 use unmask_engine::run::{calibrate_moe, static_plan, CalibrationShape};
 
 /// As the dense f32 lowering (`qnn_backend.rs`): only summation order differs from the CPU.
@@ -59,7 +59,11 @@ fn check_against_cpu(name: &str, t: &Arc<Transformer>, prompts: &[Vec<u32>]) {
         let got = forward_all(&mut q, p);
         let qs = q.take_moe_stats();
         let err = max_rel_err(&got, &want);
-        eprintln!("{name} prompt {i} ({} tokens): f32 QNN vs cpu max rel err {err:.2e}, {} launches", p.len(), qs.launches);
+        eprintln!(
+            "{name} prompt {i} ({} tokens): f32 QNN vs cpu max rel err {err:.2e}, {} launches",
+            p.len(),
+            qs.launches
+        );
         assert!(err < F32_BOUND, "{name} prompt {i}: {err}");
         assert_eq!(qs.expert_tokens, cpu_stats.expert_tokens, "{name} prompt {i}: same routing");
         assert_eq!((qs.routed, qs.dropped, qs.layer_runs), (cpu_stats.routed, 0, layers as u64));
@@ -122,45 +126,62 @@ fn moe_decodes_equal_the_cpu_backend() {
     }
 }
 
-/// A calibrated static plan on both backends: the same pairs dropped (same saliency order), the
-/// same launches, and the same logits (the drops are the same).
-#[test]
-fn static_tiers_drop_what_the_cpu_drops() {
-    let t = tiny_llada_moe();
-    let v = t.config.vocab;
-    let shape = CalibrationShape::for_model(&t, 16);
-    let calib: Vec<Vec<u32>> = (0..24).map(|i| ids(14, 100 + i, v)).collect();
-    let cal = calibrate_moe(&t, &calib, &shape, &mut |_, _| {}).expect("calibrate");
-    let plan = static_plan(&t, Some(&cal)).expect("plan");
+/// Runs `prompts` on both backends under the static plan `plan`: the same pairs dropped (same
+/// saliency order), the same launches, the same logits (the drops are the same). Returns the
+/// QNN counters summed over the prompts.
+fn check_static_tiers(t: &Arc<Transformer>, plan: Arc<StaticPlan>, prompts: &[Vec<u32>]) -> MoeStats {
     t.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(plan), renormalise_dropped: true })
         .unwrap();
     let mock = Mock::new();
-    let mut cpu = CpuBackend::new(Arc::clone(&t));
-    let mut q = qnn_backend(&t, options(&mock, QnnPrecision::F32));
+    let mut cpu = CpuBackend::new(Arc::clone(t));
+    let mut q = qnn_backend(t, options(&mock, QnnPrecision::F32));
     t.take_moe_stats();
-    let mut dropped = 0;
-    for (i, p) in [ids(30, 7, v), ids(16, 8, v), ids(3, 9, v)].iter().enumerate() {
+    let mut total = MoeStats::default();
+    for (i, p) in prompts.iter().enumerate() {
         let want = forward_all(&mut cpu, p);
         let cs = t.take_moe_stats();
         let got = forward_all(&mut q, p);
         let qs = q.take_moe_stats();
         let err = max_rel_err(&got, &want);
         eprintln!(
-            "static tiers prompt {i} ({} tokens): routed {}, dropped {} (cpu {}), launches {} (cpu {}), err {err:.2e}",
+            "static tiers prompt {i} ({} tokens): routed {}, dropped {} (cpu {}), without expert {}, launches {} (cpu {}), err {err:.2e}",
             p.len(),
             qs.routed,
             qs.dropped,
             cs.dropped,
+            qs.tokens_without_expert,
             qs.launches,
             cs.launches
         );
         assert_eq!(qs.expert_tokens, cs.expert_tokens, "prompt {i}");
-        assert_eq!((qs.routed, qs.dropped, qs.tokens_without_expert), (cs.routed, cs.dropped, cs.tokens_without_expert));
+        assert_eq!(
+            (qs.routed, qs.dropped, qs.tokens_without_expert),
+            (cs.routed, cs.dropped, cs.tokens_without_expert)
+        );
         assert_eq!(qs.launches, cs.launches, "prompt {i}: one launch per group with kept tokens");
         assert!(err < F32_BOUND, "prompt {i}: {err}");
-        dropped += qs.dropped;
+        total.merge(&qs);
     }
-    assert!(dropped > 0, "the calibrated capacities should drop some pairs on these prompts");
+    t.set_moe_execution(MoeExecution::default()).unwrap();
+    total
+}
+
+/// A calibrated static plan (the default tiers), and a tight one (capacities at half the mean
+/// load, experts in pairs) that drops many pairs.
+#[test]
+fn static_tiers_drop_what_the_cpu_drops() {
+    let t = tiny_llada_moe();
+    let v = t.config.vocab;
+    // Buckets of the QNN token buckets' sizes, so the plan's capacities are tight for them.
+    let shape = CalibrationShape { buckets: vec![16, 32], ..CalibrationShape::for_model(&t, 16) };
+    let calib: Vec<Vec<u32>> = (0..24).map(|i| ids(14, 100 + i, v)).collect();
+    let cal = calibrate_moe(&t, &calib, &shape, &mut |_, _| {}).expect("calibrate");
+    let prompts = [ids(30, 7, v), ids(26, 8, v), ids(12, 9, v), ids(3, 10, v)];
+    let calibrated = check_static_tiers(&t, static_plan(&t, Some(&cal)).expect("plan"), &prompts);
+    assert!(calibrated.dropped > 0, "the calibrated capacities should drop some pairs on these prompts");
+    let tight = StaticPlan::from_calibration(&cal, &CapacityTiers { factor: 0.5, ..CapacityTiers::default() }, 2);
+    let tight = check_static_tiers(&t, Arc::new(tight), &prompts);
+    assert!(tight.drop_rate() > 0.2, "tight capacities drop much more: {}", tight.drop_rate());
 }
 
 /// Quantised weights: W8A16 logits stay close to the CPU's (routing may flip for near ties, so

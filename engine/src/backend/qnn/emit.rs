@@ -159,8 +159,11 @@ impl<'w> Emitter<'w> {
     }
 
     /// Split along `axis` into pieces of `sizes` rows each (their sum must be the axis length);
-    /// piece `i` is named `{name}.{i}`.
+    /// piece `i` is named `{name}.{i}`. One piece is `x` itself (QNN has no empty `split_index`).
     pub fn split(&mut self, name: &str, x: TensorId, sizes: &[u32], axis: usize) -> Result<Vec<TensorId>> {
+        if sizes.len() == 1 {
+            return Ok(vec![x]);
+        }
         let dims = self.dims(x)?;
         let mut ys = Vec::with_capacity(sizes.len());
         let mut starts = Vec::with_capacity(sizes.len().saturating_sub(1));

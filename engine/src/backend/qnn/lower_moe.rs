@@ -51,9 +51,9 @@ pub fn build_experts(
     segments: &[Segment],
     precision: QnnPrecision,
 ) -> Result<Graph> {
-    let FeedForward::Moe { experts, .. } = &model.weights.layers.get(layer).ok_or_else(|| {
-        backend_err(format!("no layer {layer}"))
-    })?.ffn else {
+    let FeedForward::Moe { experts, .. } =
+        &model.weights.layers.get(layer).ok_or_else(|| backend_err(format!("no layer {layer}")))?.ffn
+    else {
         return Err(backend_err(format!("layer {layer} has no experts")));
     };
     if segments.is_empty() || segments.iter().any(|s| s.rows == 0) {
@@ -63,7 +63,9 @@ pub fn build_experts(
     let statics: Vec<ExpertStatics> = segments
         .iter()
         .map(|s| {
-            let ex = experts.get(s.expert).ok_or_else(|| backend_err(format!("layer {layer} has no expert {}", s.expert)))?;
+            let ex = experts
+                .get(s.expert)
+                .ok_or_else(|| backend_err(format!("layer {layer} has no expert {}", s.expert)))?;
             let name = |m: &str| format!("l{layer}.e{}.{m}.weight", s.expert);
             Ok(ExpertStatics {
                 gate: weight(&name("gate"), &ex.gate, precision),
@@ -81,7 +83,7 @@ pub fn build_experts(
     );
     let x = e.input("x", &[total, h])?;
     // One segment needs no Split (and no Concat): the buffer is the segment.
-    let parts = if rows.len() == 1 { vec![x] } else { e.split("seg", x, &rows, 0)? };
+    let parts = e.split("seg", x, &rows, 0)?;
     let single = parts.len() == 1;
     let mut ys: Vec<TensorId> = Vec::with_capacity(parts.len());
     for ((seg, w), s) in parts.into_iter().zip(&statics).zip(segments) {

@@ -40,14 +40,14 @@ pub use quantize::QnnPrecision;
 use super::{Backend, CostProfile, ForwardStats};
 use crate::error::{EngineError, Result};
 use crate::kernels::rope::RopeTable;
+use crate::model::weights::FeedForward;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
+use crate::moe::MoeStats;
 use graph_cache::{Entry, GraphCache};
 use lower_head::{build_head, HeadGraph};
 use lower_moe::{build_experts, ExpertsGraph, Segment};
 use quantize::{decode, encode};
 use stack::{build_group, cut_after, layer_groups, SharedInputs, StackGraph};
-use crate::model::weights::FeedForward;
-use crate::moe::MoeStats;
 
 /// Per-execute overhead of an HTP graph (~160 µs RPC vs accelerator time on SM8550; reference
 /// `npu-qnn.md` §0), used for the cost profile decoding plans windows with.
@@ -379,7 +379,7 @@ impl Backend for QnnBackend {
     fn cost_profile(&self) -> Option<CostProfile> {
         Some(CostProfile {
             token_buckets: self.plan.token_buckets().to_vec(),
-            launch_overhead_s: EXECUTE_OVERHEAD_S * (self.groups.len() + 1) as f64,
+            launch_overhead_s: EXECUTE_OVERHEAD_S * (self.groups.len() + 1 + self.expert_launches_bound()) as f64,
         })
     }
 
@@ -410,7 +410,12 @@ type FreshKv = Vec<(usize, Vec<u8>, Vec<u8>)>;
 impl QnnBackend {
     /// Runs the stack graphs in order (and the experts after each MoE layer's graph); returns the
     /// final residual stream and every layer's fresh K/V rows.
-    fn run_stack(&mut self, graphs: &mut [StackGraph], r: StackRun<'_>, kc: Option<&KvCache>) -> Result<(Vec<u8>, FreshKv)> {
+    fn run_stack(
+        &mut self,
+        graphs: &mut [StackGraph],
+        r: StackRun<'_>,
+        kc: Option<&KvCache>,
+    ) -> Result<(Vec<u8>, FreshKv)> {
         let act = self.opts.precision.activation();
         let mut x = r.x;
         let mut fresh = Vec::new();
@@ -467,10 +472,8 @@ impl QnnBackend {
             let key = (layer, segs);
             self.ensure_experts(&key)?;
             let buf = encode(&moe_host::gather(&key.1, &routed.routing, &xns, h), act);
-            let graph = self
-                .experts
-                .get_mut(&key)
-                .ok_or_else(|| bad_cache(&experts_entry(&key), "not loaded".into()))?;
+            let graph =
+                self.experts.get_mut(&key).ok_or_else(|| bad_cache(&experts_entry(&key), "not loaded".into()))?;
             let y = decode(&graph.run(&buf)?, act);
             moe_host::scatter_add(&key.1, &routed.routing, &y, &mut xs, h);
             launches += 1;
@@ -491,11 +494,23 @@ impl QnnBackend {
             Ok(vec![build_experts(ctx, model, key.0, &key.1, precision)?])
         })?;
         let rows = key.1.iter().map(|s| s.rows).sum();
-        let graph = ExpertsGraph::bind(single(built.graphs, &entry)?, precision.activation(), rows, model.config.hidden)?;
+        let graph =
+            ExpertsGraph::bind(single(built.graphs, &entry)?, precision.activation(), rows, model.config.hidden)?;
         self.experts.insert(key.clone(), graph);
         self.contexts.push(built.context);
         self.record(&entry, built.outcome);
         Ok(())
+    }
+
+    /// Grouped expert launches of one forward when every group receives tokens (0 for dense).
+    fn expert_launches_bound(&self) -> usize {
+        let Some((layers, experts)) = self.model.moe_shape() else {
+            return 0;
+        };
+        match moe_host::MoeShapes::new(&self.model.moe_execution(), layers, experts) {
+            Ok(m) => (0..layers).filter_map(|l| m.groups(l).ok()).map(|g| g.groups.len()).sum(),
+            Err(_) => 0,
+        }
     }
 
     /// Runs the LM head on the requested rows of the final residual stream `x` (act bytes).

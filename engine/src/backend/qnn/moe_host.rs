@@ -34,7 +34,9 @@ impl MoeShapes {
         let plan = match exec.policy {
             MoePolicy::StaticTiers => {
                 let plan = exec.plan.clone().ok_or_else(|| {
-                    EngineError::InvalidRequest("the static-tiers MoE policy needs a plan (calibration or uniform)".into())
+                    EngineError::InvalidRequest(
+                        "the static-tiers MoE policy needs a plan (calibration or uniform)".into(),
+                    )
                 })?;
                 plan.check(n_layers, n_experts)?;
                 Some(plan)
@@ -192,8 +194,10 @@ mod tests {
     use crate::moe::routing::Assignment;
 
     fn routing(lists: Vec<Vec<(usize, f32)>>, tokens: usize) -> Routing {
-        let per_expert =
-            lists.into_iter().map(|l| l.into_iter().map(|(token, weight)| Assignment { token, weight }).collect()).collect();
+        let per_expert = lists
+            .into_iter()
+            .map(|l| l.into_iter().map(|(token, weight)| Assignment { token, weight }).collect())
+            .collect();
         Routing { per_expert, tokens, top_k: 1 }
     }
 
