@@ -38,10 +38,17 @@ pub struct LayerStatics {
 /// The feed-forward part of a layer's statics.
 enum FfnStatics {
     /// A dense SwiGLU, lowered into the layer's graph.
-    Dense { gate: StaticTensor, up: StaticTensor, down: StaticTensor },
+    Dense(Box<DenseStatics>),
     /// Routed experts: the layer's graph ends at the normed FFN input; the experts run as
     /// grouped graphs of their own (`lower_moe`), routed on the host.
     Moe,
+}
+
+/// A dense SwiGLU's matrices.
+struct DenseStatics {
+    gate: StaticTensor,
+    up: StaticTensor,
+    down: StaticTensor,
 }
 
 impl LayerStatics {
@@ -51,9 +58,11 @@ impl LayerStatics {
         let opt = |name: &str, v: &Option<Vec<f32>>| v.as_deref().map(|v| vec(name, v));
         let mat = |name: &str, lin| weight(&format!("l{l}.{name}.weight"), lin, precision);
         let ffn = match &w.ffn {
-            FeedForward::Dense { gate, up, down } => {
-                FfnStatics::Dense { gate: mat("gate", gate), up: mat("up", up), down: mat("down", down) }
-            }
+            FeedForward::Dense { gate, up, down } => FfnStatics::Dense(Box::new(DenseStatics {
+                gate: mat("gate", gate),
+                up: mat("up", up),
+                down: mat("down", down),
+            })),
             FeedForward::Moe { .. } => FfnStatics::Moe,
         };
         Ok(LayerStatics {
@@ -197,7 +206,7 @@ pub fn lower_layer<'w>(
     let gamma = e.constant(&w.ffn_norm)?;
     let xn2 = e.rms_norm(&n("xn2"), x1, gamma, cfg.rms_eps)?;
     let (gate, up, down) = match &w.ffn {
-        FfnStatics::Dense { gate, up, down } => (gate, up, down),
+        FfnStatics::Dense(d) => (&d.gate, &d.up, &d.down),
         FfnStatics::Moe if last => {
             // Copies (Reshape to the same shape) so the outputs are not also op inputs.
             let dims = e.dims(x1)?;

@@ -263,8 +263,9 @@ mod tests {
         assert_eq!(layer_groups(2, 1), vec![0..1, 1..2]);
         assert_eq!(group_name(&(4..6)), "stack_l4_6");
         assert_eq!(cut_after(vec![0..4, 4..6], |l| l == 1 || l == 4), vec![0..2, 2..4, 4..5, 5..6]);
-        assert_eq!(cut_after(vec![0..3], |_| true), vec![0..1, 1..2, 2..3]);
-        assert_eq!(cut_after(vec![0..3], |_| false), vec![0..3]);
+        let whole = || vec![Range { start: 0, end: 3 }];
+        assert_eq!(cut_after(whole(), |_| true), vec![0..1, 1..2, 2..3]);
+        assert_eq!(cut_after(whole(), |_| false), whole());
         assert_eq!(layer_of("k_cache.12", "k_cache"), Some(12));
         assert_eq!(layer_of("k_cache12", "k_cache"), None);
     }
