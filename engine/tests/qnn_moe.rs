@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use qnn::*;
 use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::backend::qnn::{QnnBackend, QnnOptions, QnnPrecision};
+use unmask_engine::backend::qnn::{Outcome, QnnBackend, QnnOptions, QnnPrecision};
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, CacheMode, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::{load_transformer, Transformer};
@@ -201,4 +201,28 @@ fn w8a16_tiny_llada_moe_stays_close() {
     assert!(err < 0.3, "{err}");
     assert!(top1 >= 0.9, "{top1}");
     assert!(err > 1e-5, "suspiciously exact, weights not quantised?");
+}
+
+/// A second start with the same cache directory reloads every MoE context (layer graphs ending
+/// at the FFN input, grouped expert graphs with their Split) instead of building, and runs them
+/// to the same logits.
+#[test]
+fn moe_contexts_reload_from_the_cache() {
+    let t = model("llada_moe");
+    let p = &prompts("llada_moe")[0];
+    let dir = tempfile::tempdir().unwrap();
+    let run = || {
+        let mock = Mock::new();
+        let opts = QnnOptions { cache_dir: Some(dir.path().to_path_buf()), ..options(&mock, QnnPrecision::F32) };
+        let mut q = qnn_backend(&t, opts);
+        let logits = forward_all(&mut q, p);
+        (logits, q.outcomes().to_vec(), count(&mock.calls(), "graphFinalize"))
+    };
+    let (first, built, _) = run();
+    assert!(built.iter().all(|(_, o)| matches!(o, Outcome::Built { .. })), "{built:?}");
+    let (second, loaded, finalized) = run();
+    assert_eq!(finalized, 0, "nothing built on the second start");
+    assert!(loaded.iter().all(|(_, o)| *o == Outcome::Loaded), "{loaded:?}");
+    assert_eq!(loaded.len(), built.len());
+    assert_eq!(first, second);
 }
