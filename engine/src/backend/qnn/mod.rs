@@ -340,7 +340,9 @@ impl Backend for QnnBackend {
             reason: format!("graphs of {bucket:?} not loaded"),
         })?;
         let shared = StackRun { x, cos: &cos, sin: &sin, mask: &mask, cached: &cached, bucket, n, moe: moe.as_ref() };
-        let ran = self.run_stack(&mut graphs, shared, cache.as_deref());
+        // MoE counters count only forwards that complete, as on the CPU.
+        let mut moe_stats = MoeStats::default();
+        let ran = self.run_stack(&mut graphs, shared, cache.as_deref(), &mut moe_stats);
         self.stacks.insert(bucket, graphs);
         let (x, fresh) = ran?;
         if req.kv == KvMode::ReadWrite {
@@ -357,6 +359,7 @@ impl Backend for QnnBackend {
         }
         let logits = self.head(&x, req.logits_rows)?;
         self.stats.forwards += 1;
+        self.moe_stats.merge(&moe_stats);
         let ctx_len = cached.len() + n;
         let out = ForwardOutput {
             rows: req.logits_rows.to_vec(),
@@ -415,6 +418,7 @@ impl QnnBackend {
         graphs: &mut [StackGraph],
         r: StackRun<'_>,
         kc: Option<&KvCache>,
+        moe_stats: &mut MoeStats,
     ) -> Result<(Vec<u8>, FreshKv)> {
         let act = self.opts.precision.activation();
         let mut x = r.x;
@@ -432,7 +436,9 @@ impl QnnBackend {
             x = match (out.ffn_in, r.moe) {
                 (Some(xn), Some(moe)) => {
                     let layer = g.layers().end - 1;
-                    self.moe_layer(moe, layer, r.n, r.bucket.tokens, &out.x, &xn)?
+                    let (x, stats) = self.moe_layer(moe, layer, r.n, r.bucket.tokens, &out.x, &xn)?;
+                    moe_stats.merge(&stats);
+                    x
                 }
                 (None, _) => out.x,
                 (Some(_), None) => {
@@ -448,7 +454,7 @@ impl QnnBackend {
 
     /// MoE layer `layer` on the host and the grouped expert graphs: `x` is the residual stream
     /// after attention, `xn` the normed FFN input (both `[T, hidden]`, activation dtype); returns
-    /// the residual stream after the experts.
+    /// the residual stream after the experts and the layer's counters.
     fn moe_layer(
         &mut self,
         moe: &moe_host::MoeShapes,
@@ -457,7 +463,7 @@ impl QnnBackend {
         bucket_tokens: usize,
         x: &[u8],
         xn: &[u8],
-    ) -> Result<Vec<u8>> {
+    ) -> Result<(Vec<u8>, MoeStats)> {
         let act = self.opts.precision.activation();
         let h = self.model.config.hidden;
         let (mut xs, xns) = (decode(x, act), decode(xn, act));
@@ -480,8 +486,7 @@ impl QnnBackend {
             self.stats.executes += 1;
             self.stats.moe_launches += 1;
         }
-        self.moe_stats.merge(&moe_host::layer_stats(layer, &routed, launches));
-        Ok(encode(&xs, act))
+        Ok((encode(&xs, act), moe_host::layer_stats(layer, &routed, launches)))
     }
 
     fn ensure_experts(&mut self, key: &(usize, Vec<Segment>)) -> Result<()> {
