@@ -80,11 +80,6 @@ impl LayerStatics {
             ffn,
         })
     }
-
-    /// Whether the layer's feed-forward is routed experts (its graph must end the group).
-    pub fn is_moe(&self) -> bool {
-        matches!(self.ffn, FfnStatics::Moe)
-    }
 }
 
 /// Graph tensors a layer reads besides its weights.
