@@ -60,7 +60,7 @@ pub enum EngineError {
     /// A backend-specific failure.
     #[error("backend {backend}: {reason}")]
     Backend { backend: String, reason: String },
-    /// The backend cannot run this model or request (e.g. MoE layers on the QNN backend).
+    /// The backend cannot run this model or request (e.g. mixed dense and MoE layers on QNN).
     #[error("backend {backend} does not support {what}")]
     Unsupported { backend: String, what: String },
     /// A QNN (Qualcomm NPU) library, provider or API call failed.

@@ -1,6 +1,6 @@
 //! The QNN backend's context-binary cache (a second start reloads instead of rebuilding, proven
 //! by the mock's call record) and its failure modes: missing library, too-old API, provider
-//! errors in finalize/execute, MoE models — typed errors, no crash, no lost cache state.
+//! errors in finalize/execute — typed errors, no crash, no lost cache state.
 
 #[path = "common/qnn.rs"]
 mod qnn;
@@ -129,14 +129,6 @@ fn too_old_api_version_is_refused() {
     let err = QnnBackend::new(model("llama"), options(&mock, QnnPrecision::F32)).err().expect("must fail");
     assert!(matches!(&err, EngineError::Qnn(QnnError::ApiVersionTooOld { .. })), "{err:?}");
     assert!(err.to_string().contains("2.14.0"), "{err}");
-}
-
-#[test]
-fn moe_models_are_unsupported() {
-    let mock = Mock::new();
-    let err = QnnBackend::new(model("llada_moe"), options(&mock, QnnPrecision::F32)).err().expect("must fail");
-    assert!(matches!(&err, EngineError::Unsupported { what, .. } if what.contains("MoE")), "{err:?}");
-    assert!(mock.calls().is_empty(), "refused before touching the provider");
 }
 
 fn api_code(e: &EngineError) -> (&'static str, u16) {

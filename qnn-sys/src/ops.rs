@@ -37,6 +37,9 @@ pub const RESHAPE: &str = "Reshape";
 pub const TRANSPOSE: &str = "Transpose";
 /// `Concat`: param `axis`.
 pub const CONCAT: &str = "Concat";
+/// `Split`: params `axis`, `split_index` (the start of every output but the first, ascending);
+/// one output per piece.
+pub const SPLIT: &str = "Split";
 
 /// Every op type the constructors here emit (what a provider must support to run our lowering).
 pub const ALL: &[&str] = &[
@@ -57,6 +60,7 @@ pub const ALL: &[&str] = &[
     RESHAPE,
     TRANSPOSE,
     CONCAT,
+    SPLIT,
 ];
 
 /// FullyConnected `y = x · Wᵀ (+ b)`.
@@ -116,4 +120,14 @@ pub fn transpose(name: &str, x: TensorId, perm: &[u32], y: TensorId) -> Op {
 /// Concat along `axis`.
 pub fn concat(name: &str, xs: &[TensorId], axis: u32, y: TensorId) -> Op {
     Op::new(name, CONCAT).inputs(xs).outputs(&[y]).param("axis", ParamValue::U32(axis))
+}
+
+/// Split `x` along `axis` into `ys.len()` pieces; `split_index` holds the start of every piece but
+/// the first (ascending, each inside the axis), so `ys.len() == split_index.len() + 1`.
+pub fn split(name: &str, x: TensorId, axis: u32, split_index: &[u32], ys: &[TensorId]) -> Op {
+    Op::new(name, SPLIT)
+        .inputs(&[x])
+        .outputs(ys)
+        .param("axis", ParamValue::U32(axis))
+        .param("split_index", ParamValue::U32Tensor(split_index.to_vec()))
 }

@@ -298,6 +298,13 @@ fn op_params_ranks_and_weight_dtypes_are_validated() {
     let wf = g.constant(TensorSpec::new("w32", DType::F32, &[3, 4]), &w32).expect("w32");
     bad(&mut g, ops::fully_connected("fc16b", x, wf, Some(bh), y3), "bias dtype");
     g.add_node(ops::fully_connected("fc_ok", x, wf, None, y3)).expect("valid FC");
+    // Split: ascending indices inside the axis, one output per piece, each of the piece's shape.
+    let p1 = g.native(TensorSpec::new("p1", DType::F32, &[1, 4])).expect("p1");
+    let p2 = g.native(TensorSpec::new("p2", DType::F32, &[1, 4])).expect("p2");
+    bad(&mut g, ops::split("sp1", x, 0, &[2], &[p1, p2]), "not ascending inside");
+    bad(&mut g, ops::split("sp2", x, 0, &[1], &[p1, p2, p2]), "3 outputs for 2 pieces");
+    bad(&mut g, ops::split("sp3", x, 1, &[2], &[p1, p2]), "expected [2, 2]");
+    g.add_node(ops::split("sp_ok", x, 0, &[1], &[p1, p2])).expect("valid Split");
 }
 
 #[test]

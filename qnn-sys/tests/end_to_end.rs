@@ -577,3 +577,30 @@ fn four_bit_axis_weights_and_sigmoid_execute_and_survive_the_binary() {
     g2.execute(&[&f32_bytes(&xv)], &mut [&mut out2]).expect("execute");
     assert_eq!(out, out2);
 }
+
+#[test]
+fn split_pieces_feed_ops_and_concat_back() {
+    let mock = Mock::new();
+    let lib = QnnLibrary::load(mock.path()).expect("load");
+    let backend = Backend::new(&lib, LogLevel::Warn).expect("backend");
+    let ctx = Context::new(&backend, None).expect("ctx");
+    let f = |n: &str, dims: &[u32]| TensorSpec::new(n, DType::F32, dims);
+    let mut g = ctx.graph_builder("split", &GraphOptions::default()).expect("graph");
+    // Rows 0..2, 2..3 and 3..6 of a [6, 2] buffer; the middle piece is negated, then all rejoin.
+    let x = g.input(f("x", &[6, 2])).expect("x");
+    let pieces: Vec<TensorId> =
+        [2u32, 1, 3].iter().enumerate().map(|(i, &r)| g.native(f(&format!("p{i}"), &[r, 2])).expect("p")).collect();
+    let neg = g.native(f("neg", &[1, 2])).expect("neg");
+    let y = g.output(f("y", &[6, 2])).expect("y");
+    g.add_node(ops::split("sp", x, 0, &[2, 3], &pieces)).expect("split");
+    g.add_node(ops::unary("ng", ops::ELEMENT_WISE_NEG, pieces[1], neg)).expect("neg");
+    g.add_node(ops::concat("cat", &[pieces[0], neg, pieces[2]], 0, y)).expect("concat");
+    let mut graph = g.finalize().expect("finalize");
+    let xv: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let mut out = vec![0u8; 12 * 4];
+    graph.execute(&[&f32_bytes(&xv)], &mut [&mut out]).expect("execute");
+    let mut want = xv.clone();
+    want[4] = -4.0;
+    want[5] = -5.0;
+    assert_close(&bytes_f32(&out), &want, 0.0);
+}

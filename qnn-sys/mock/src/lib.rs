@@ -971,12 +971,21 @@ fn execute(
                 Ok((t, v.as_slice()))
             })
             .collect::<Result<_, (u64, String)>>()?;
-        let out_id = node.outputs[0];
-        let out = g.tensor(out_id).ok_or((E_GRAPH_INVALID_TENSOR, format!("dangling tensor id {out_id}")))?;
-        let y = ops::run(node, &ins, out);
-        // Round-trip through the output dtype so fp16/quantized precision is modelled.
-        let enc = ops::encode(out, &y).map_err(|e| (E_GRAPH_INVALID_TENSOR, e))?;
-        values.insert(out_id, ops::decode(out, &enc).map_err(|e| (E_GRAPH_INVALID_TENSOR, e))?);
+        let outs = node
+            .outputs
+            .iter()
+            .map(|id| g.tensor(*id).ok_or((E_GRAPH_INVALID_TENSOR, format!("dangling tensor id {id}"))))
+            .collect::<Result<Vec<&MTensor>, _>>()?;
+        let ys = if node.op == "Split" {
+            ops::run_split(node, ins[0].0, ins[0].1, &outs)
+        } else {
+            vec![ops::run(node, &ins, outs[0])]
+        };
+        for (out, y) in outs.iter().zip(ys) {
+            // Round-trip through the output dtype so fp16/quantized precision is modelled.
+            let enc = ops::encode(out, &y).map_err(|e| (E_GRAPH_INVALID_TENSOR, e))?;
+            values.insert(out.id, ops::decode(out, &enc).map_err(|e| (E_GRAPH_INVALID_TENSOR, e))?);
+        }
     }
     for (t, ptr) in out_ptrs {
         let v = values.get(&t.id).ok_or((E_GRAPH_UNCONNECTED_NODE, format!("output {:?} not computed", t.name)))?;

@@ -24,6 +24,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Reshape",
     "Transpose",
     "Concat",
+    "Split",
 ];
 
 // ------------------------------------------------------------------ dtype codec
@@ -230,6 +231,23 @@ fn broadcast_index(out_idx: &[usize], src: &[u32]) -> usize {
     let off = out_idx.len() - src.len();
     let st = strides(src);
     src.iter().enumerate().map(|(i, &d)| if d == 1 { 0 } else { out_idx[i + off] * st[i] }).sum()
+}
+
+/// Runs a validated `Split` node: one f32 vector per output, in output order.
+pub fn run_split(node: &MNode, x: &MTensor, xv: &[f32], outs: &[&MTensor]) -> Vec<Vec<f32>> {
+    let axis = node.param("axis").and_then(|p| p.as_u32()).unwrap_or(0) as usize;
+    let outer = numel(&x.dims[..axis]);
+    let in_chunk = numel(&x.dims[axis..]);
+    let mut ys: Vec<Vec<f32>> = outs.iter().map(|t| Vec::with_capacity(t.numel())).collect();
+    for o in 0..outer {
+        let mut at = o * in_chunk;
+        for (t, y) in outs.iter().zip(ys.iter_mut()) {
+            let chunk = numel(&t.dims[axis..]);
+            y.extend_from_slice(&xv[at..at + chunk]);
+            at += chunk;
+        }
+    }
+    ys
 }
 
 /// Runs one validated node on f32 inputs, returning the f32 output.

@@ -62,6 +62,7 @@ fn param_table(op: &str) -> &'static [(&'static str, Kind, bool)] {
         "Softmax" => &[("axis", Kind::U32, false), ("beta", Kind::F32, false)],
         "Transpose" => &[("perm", Kind::U32Tensor, true)],
         "Concat" => &[("axis", Kind::U32, true)],
+        "Split" => &[("axis", Kind::U32, true), ("split_index", Kind::U32Tensor, true)],
         _ => &[],
     }
 }
@@ -117,6 +118,39 @@ fn u32_param(node: &MNode, name: &str) -> Option<u32> {
     node.param(name).and_then(MParam::as_u32)
 }
 
+/// `Split`: `split_index` strictly ascending inside the axis (0 excluded), one output per piece,
+/// each the input's shape with the piece's length on `axis`, all in the input's dtype family.
+fn validate_split(node: &MNode, x: &MTensor, outs: &[&MTensor]) -> Result<(), String> {
+    let axis = u32_param(node, "axis").unwrap_or(u32::MAX) as usize;
+    if axis >= x.dims.len() {
+        return Err(format!("Split {:?}: axis {axis} out of range", node.name));
+    }
+    let idx = node.param("split_index").and_then(MParam::as_u32_vec).unwrap_or_default();
+    let len = x.dims[axis];
+    let mut bounds = vec![0u32];
+    for &i in &idx {
+        if i <= *bounds.last().unwrap_or(&0) || i >= len {
+            return Err(format!("Split {:?}: split_index {idx:?} is not ascending inside (0, {len})", node.name));
+        }
+        bounds.push(i);
+    }
+    bounds.push(len);
+    if outs.len() != bounds.len() - 1 {
+        return Err(format!("Split {:?}: {} outputs for {} pieces", node.name, outs.len(), bounds.len() - 1));
+    }
+    for (t, w) in outs.iter().zip(bounds.windows(2)) {
+        let mut want = x.dims.clone();
+        want[axis] = w[1] - w[0];
+        if t.dims != want {
+            return Err(format!("Split {:?}: output {:?} has dims {:?}, expected {want:?}", node.name, t.name, t.dims));
+        }
+        if family(t.dtype) != family(x.dtype) {
+            return Err(format!("Split {:?}: output {:?} dtype differs from the input's", node.name, t.name));
+        }
+    }
+    Ok(())
+}
+
 /// Checks input/output counts, dtypes, params and the output shape.
 pub fn validate(node: &MNode, ins: &[&MTensor], outs: &[&MTensor]) -> Result<(), String> {
     let op = node.op.as_str();
@@ -128,7 +162,9 @@ pub fn validate(node: &MNode, ins: &[&MTensor], outs: &[&MTensor]) -> Result<(),
         "Concat" => n_in >= 1,
         _ => n_in == 1,
     };
-    if !arity_ok || outs.len() != 1 {
+    // Split is the only op with several outputs (one per piece).
+    let outs_ok = if op == "Split" { !outs.is_empty() } else { outs.len() == 1 };
+    if !arity_ok || !outs_ok {
         return Err(format!("{op} {:?}: wrong number of inputs/outputs ({n_in}/{})", node.name, outs.len()));
     }
     check_params(node)?;
@@ -137,6 +173,9 @@ pub fn validate(node: &MNode, ins: &[&MTensor], outs: &[&MTensor]) -> Result<(),
     }
     let out = outs[0];
     let x = ins[0];
+    if op == "Split" {
+        return validate_split(node, x, outs);
+    }
     // Activations (input 0 and every input of element-wise/concat) share the output's family;
     // weights (FC/MatMul input 1) may be fixed-point under float activations, as on HTP.
     let activation_inputs: &[&MTensor] = match op {

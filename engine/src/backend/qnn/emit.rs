@@ -139,14 +139,46 @@ impl<'w> Emitter<'w> {
 
     /// Concat along `axis`.
     pub fn concat(&mut self, name: &str, xs: &[TensorId], axis: usize) -> Result<TensorId> {
-        let mut dims = self.dims(xs[0])?;
+        self.concat_to(name, xs, axis, Dest::Native)
+    }
+
+    /// Concat along `axis` into `dest`.
+    pub fn concat_to(&mut self, name: &str, xs: &[TensorId], axis: usize, dest: Dest) -> Result<TensorId> {
+        let first = xs.first().copied().ok_or_else(|| EngineError::Backend {
+            backend: "qnn".into(),
+            reason: format!("concat {name:?} of no tensors"),
+        })?;
+        let mut dims = self.dims(first)?;
         dims[axis] = 0;
         for &x in xs {
             dims[axis] += self.dims(x)?[axis];
         }
-        let y = self.result(name, &dims, Dest::Native)?;
+        let y = self.result(name, &dims, dest)?;
         self.node(ops::concat(&format!("{name}.op"), xs, axis as u32, y))?;
         Ok(y)
+    }
+
+    /// Split along `axis` into pieces of `sizes` rows each (their sum must be the axis length);
+    /// piece `i` is named `{name}.{i}`. One piece is `x` itself (QNN has no empty `split_index`).
+    pub fn split(&mut self, name: &str, x: TensorId, sizes: &[u32], axis: usize) -> Result<Vec<TensorId>> {
+        if sizes.len() == 1 {
+            return Ok(vec![x]);
+        }
+        let dims = self.dims(x)?;
+        let mut ys = Vec::with_capacity(sizes.len());
+        let mut starts = Vec::with_capacity(sizes.len().saturating_sub(1));
+        let mut at = 0u32;
+        for (i, &n) in sizes.iter().enumerate() {
+            if i > 0 {
+                starts.push(at);
+            }
+            let mut d = dims.clone();
+            d[axis] = n;
+            ys.push(self.result(&format!("{name}.{i}"), &d, Dest::Native)?);
+            at += n;
+        }
+        self.node(ops::split(&format!("{name}.op"), x, axis as u32, &starts, &ys))?;
+        Ok(ys)
     }
 
     /// `graphFinalize`.

@@ -1,5 +1,5 @@
-//! Context-binary cache of the lowered graphs: one context per (bucket, layer group) and per LM
-//! head row bucket, keyed by lowering version + model config + weight fingerprint + precision +
+//! Context-binary cache of the lowered graphs: one context per (bucket, layer group), per LM
+//! head row bucket and per (MoE layer, expert group, capacity shape), keyed by lowering version + model config + weight fingerprint + precision +
 //! shape, so a second process start reloads the binaries (`contextCreateFromBinary` +
 //! `graphRetrieve`) instead of building and finalizing graphs again.
 
@@ -32,6 +32,15 @@ pub enum Entry {
         /// Row bucket.
         rows: usize,
     },
+    /// One expert group of an MoE layer, for one capacity shape.
+    Experts {
+        /// Layer.
+        layer: usize,
+        /// Experts with a segment in the unified buffer, in segment order.
+        experts: Vec<usize>,
+        /// Their segment capacities (rows), same order.
+        capacities: Vec<usize>,
+    },
 }
 
 impl Entry {
@@ -41,6 +50,10 @@ impl Entry {
                 format!("t{}-c{}-l{}_{}", bucket.tokens, bucket.cached, layers.start, layers.end)
             }
             Entry::Head { rows } => format!("head-r{rows}"),
+            Entry::Experts { layer, experts, capacities } => {
+                let join = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join("_");
+                format!("moe-l{layer}-e{}-c{}", join(experts), join(capacities))
+            }
         }
     }
 }
@@ -182,9 +195,19 @@ pub fn model_fingerprint(model: &Transformer, config_json: &str) -> String {
                 None => h.word(u32::MAX),
             }
         }
-        if let FeedForward::Dense { gate, up, down } = &l.ffn {
-            for m in [gate, up, down] {
-                matrix(&mut h, m);
+        match &l.ffn {
+            FeedForward::Dense { gate, up, down } => {
+                for m in [gate, up, down] {
+                    matrix(&mut h, m);
+                }
+            }
+            FeedForward::Moe { router, experts } => {
+                matrix(&mut h, router);
+                for ex in experts {
+                    for m in [&ex.gate, &ex.up, &ex.down] {
+                        matrix(&mut h, m);
+                    }
+                }
             }
         }
     }

@@ -3,6 +3,8 @@
 //! RoPE (constant rotation MatMul + element-wise) → Concat with the cached K/V inputs →
 //! GQA attention (Transpose/Reshape, MatMul, scale, additive mask, Softmax, MatMul) → output
 //! projection + residual → RmsNorm → SwiGLU (Sigmoid, Multiply) → down projection + residual.
+//! An MoE layer stops after the FFN RmsNorm: its experts are grouped graphs of their own
+//! (`lower_moe`), routed on the host.
 //!
 //! Shapes for a bucket of `T` block rows and `Cc` cached rows (`C = Cc + T`), `g = n_heads /
 //! n_kv_heads`: scores are `[n_kv, g, T, C]` (rank 4, the HTP limit), so one MatMul per kv head
@@ -30,23 +32,39 @@ pub struct LayerStatics {
     q_norm: Option<StaticTensor>,
     k_norm: Option<StaticTensor>,
     ffn_norm: StaticTensor,
+    ffn: FfnStatics,
+}
+
+/// The feed-forward part of a layer's statics.
+enum FfnStatics {
+    /// A dense SwiGLU, lowered into the layer's graph.
+    Dense(Box<DenseStatics>),
+    /// Routed experts: the layer's graph ends at the normed FFN input; the experts run as
+    /// grouped graphs of their own (`lower_moe`), routed on the host.
+    Moe,
+}
+
+/// A dense SwiGLU's matrices.
+struct DenseStatics {
     gate: StaticTensor,
     up: StaticTensor,
     down: StaticTensor,
 }
 
 impl LayerStatics {
-    /// Quantises layer `l` for `precision`; MoE layers are not lowered.
+    /// Quantises layer `l` for `precision` (for an MoE layer, everything up to the experts).
     pub fn prepare(l: usize, w: &LayerWeights, precision: QnnPrecision) -> Result<Self> {
-        let FeedForward::Dense { gate, up, down } = &w.ffn else {
-            return Err(EngineError::Unsupported {
-                backend: "qnn".into(),
-                what: format!("MoE feed-forward (layer {l})"),
-            });
-        };
         let vec = |name: &str, v: &[f32]| constant(&format!("l{l}.{name}.weight"), v, &[v.len() as u32], precision);
         let opt = |name: &str, v: &Option<Vec<f32>>| v.as_deref().map(|v| vec(name, v));
         let mat = |name: &str, lin| weight(&format!("l{l}.{name}.weight"), lin, precision);
+        let ffn = match &w.ffn {
+            FeedForward::Dense { gate, up, down } => FfnStatics::Dense(Box::new(DenseStatics {
+                gate: mat("gate", gate),
+                up: mat("up", up),
+                down: mat("down", down),
+            })),
+            FeedForward::Moe { .. } => FfnStatics::Moe,
+        };
         Ok(LayerStatics {
             attn_norm: vec("attn_norm", &w.attn_norm),
             wq: mat("wq", &w.wq),
@@ -59,9 +77,7 @@ impl LayerStatics {
             q_norm: opt("q_norm", &w.q_norm),
             k_norm: opt("k_norm", &w.k_norm),
             ffn_norm: vec("ffn_norm", &w.ffn_norm),
-            gate: mat("gate", gate),
-            up: mat("up", up),
-            down: mat("down", down),
+            ffn,
         })
     }
 }
@@ -102,7 +118,15 @@ pub fn v_new_name(l: usize) -> String {
     format!("v_new.{l}")
 }
 
+/// Graph output of an MoE layer's graph: the RmsNorm-ed FFN input `[T, hidden]` the experts read
+/// (the graph's `x_out` is then the residual stream after attention).
+pub const FFN_IN_NAME: &str = "xn_ffn";
+
 /// Emits layer `l`; returns the new residual stream (a graph output named `x_out` when `last`).
+///
+/// An MoE layer must be `last`: its graph stops after the FFN RmsNorm and outputs the residual
+/// stream after attention as `x_out` and the normed FFN input as [`FFN_IN_NAME`]; routing and the
+/// experts run outside the graph.
 pub fn lower_layer<'w>(
     e: &mut Emitter<'w>,
     cfg: &ModelConfig,
@@ -176,9 +200,24 @@ pub fn lower_layer<'w>(
     // --- SwiGLU feed-forward ---
     let gamma = e.constant(&w.ffn_norm)?;
     let xn2 = e.rms_norm(&n("xn2"), x1, gamma, cfg.rms_eps)?;
-    let wg = e.constant(&w.gate)?;
-    let wu = e.constant(&w.up)?;
-    let wd = e.constant(&w.down)?;
+    let (gate, up, down) = match &w.ffn {
+        FfnStatics::Dense(d) => (&d.gate, &d.up, &d.down),
+        FfnStatics::Moe if last => {
+            // Copies (Reshape to the same shape) so the outputs are not also op inputs.
+            let dims = e.dims(x1)?;
+            e.reshape(FFN_IN_NAME, xn2, &dims, Dest::Output)?;
+            return e.reshape("x_out", x1, &dims, Dest::Output);
+        }
+        FfnStatics::Moe => {
+            return Err(EngineError::Backend {
+                backend: "qnn".into(),
+                reason: format!("MoE layer {l} must be the last layer of its graph"),
+            })
+        }
+    };
+    let wg = e.constant(gate)?;
+    let wu = e.constant(up)?;
+    let wd = e.constant(down)?;
     let gt = e.fully_connected(&n("gate"), xn2, wg, None, Dest::Native)?;
     let up = e.fully_connected(&n("up"), xn2, wu, None, Dest::Native)?;
     let sg = e.unary(&n("gate_sig"), ops::SIGMOID, gt)?;

@@ -7,8 +7,10 @@
 //! returns the block's fresh K/V rows, which we store. Weights are STATIC tensors quantised per
 //! output channel ([`quantize`]). Built contexts are cached as context binaries ([`graph_cache`]).
 //!
-//! Not lowered: MoE feed-forwards (LLaDA-MoE) — [`QnnBackend::new`] returns
-//! [`EngineError::Unsupported`] for them.
+//! MoE models (LLaDA-MoE, Qwen3-MoE) run with one graph per layer, ending at the normed FFN input;
+//! the host routes the tokens ([`moe_host`]: router, top-k, static capacities, saliency dropping)
+//! and runs each expert group that received tokens as one static grouped graph
+//! ([`lower_moe`]), one launch per group, then scatters the outputs back with the gate weights.
 
 pub mod buckets;
 pub mod emit;
@@ -16,6 +18,8 @@ pub mod graph_cache;
 pub mod inputs;
 pub mod lower_head;
 pub mod lower_layer;
+pub mod lower_moe;
+pub mod moe_host;
 pub mod options;
 pub mod quantize;
 pub mod rope;
@@ -36,11 +40,14 @@ pub use quantize::QnnPrecision;
 use super::{Backend, CostProfile, ForwardStats};
 use crate::error::{EngineError, Result};
 use crate::kernels::rope::RopeTable;
+use crate::model::weights::FeedForward;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
+use crate::moe::MoeStats;
 use graph_cache::{Entry, GraphCache};
 use lower_head::{build_head, HeadGraph};
+use lower_moe::{build_experts, ExpertsGraph, Segment};
 use quantize::{decode, encode};
-use stack::{build_group, layer_groups, SharedInputs, StackGraph};
+use stack::{build_group, cut_after, layer_groups, SharedInputs, StackGraph};
 
 /// Per-execute overhead of an HTP graph (~160 µs RPC vs accelerator time on SM8550; reference
 /// `npu-qnn.md` §0), used for the cost profile decoding plans windows with.
@@ -51,6 +58,8 @@ pub struct QnnBackend {
     // Graphs first: fields drop in order, and graphs belong to contexts, contexts to the device.
     stacks: HashMap<Bucket, Vec<StackGraph>>,
     heads: HashMap<usize, HeadGraph>,
+    /// Grouped expert graphs by (layer, segments).
+    experts: HashMap<(usize, Vec<Segment>), ExpertsGraph>,
     contexts: Vec<Context>,
     _vote: Option<PowerVote>,
     device: Device,
@@ -64,13 +73,16 @@ pub struct QnnBackend {
     cache: GraphCache,
     outcomes: Vec<(String, Outcome)>,
     stats: QnnStats,
+    moe_stats: MoeStats,
 }
 
 impl QnnBackend {
     /// Loads the QNN library and brings up backend → device (no graph is built until a bucket
-    /// is first used or [`QnnBackend::prepare`]d). MoE models are refused.
+    /// is first used or [`QnnBackend::prepare`]d). An MoE model must be MoE in every layer.
     pub fn new(model: Arc<Transformer>, opts: QnnOptions) -> Result<Self> {
         check_lowerable(&model.config, &model)?;
+        let moe_layers: Vec<bool> =
+            model.weights.layers.iter().map(|l| matches!(l.ffn, FeedForward::Moe { .. })).collect();
         let plan = match &opts.buckets {
             Some(p) => p.clone(),
             None => BucketPlan::for_config(&model.config),
@@ -91,12 +103,16 @@ impl QnnBackend {
         Ok(QnnBackend {
             stacks: HashMap::new(),
             heads: HashMap::new(),
+            experts: HashMap::new(),
             contexts: Vec::new(),
             _vote: vote,
             device,
             api,
             lib,
-            groups: layer_groups(c.n_layers, opts.layers_per_graph),
+            // The host routes between an MoE layer's graph and the next layer's.
+            groups: cut_after(layer_groups(c.n_layers, opts.layers_per_graph), |l| {
+                moe_layers.get(l).copied().unwrap_or(false)
+            }),
             model,
             opts,
             plan,
@@ -104,6 +120,7 @@ impl QnnBackend {
             cache,
             outcomes: Vec::new(),
             stats: QnnStats::default(),
+            moe_stats: MoeStats::default(),
         })
     }
 
@@ -131,6 +148,12 @@ impl QnnBackend {
     /// Counters.
     pub fn stats(&self) -> &QnnStats {
         &self.stats
+    }
+
+    /// The MoE counters since the last call (reset to zero), in the terms of
+    /// [`Transformer::take_moe_stats`]: `launches` counts grouped expert graphs run.
+    pub fn take_moe_stats(&mut self) -> MoeStats {
+        std::mem::take(&mut self.moe_stats)
     }
 
     /// The model.
@@ -167,7 +190,16 @@ impl QnnBackend {
             })?;
             let graph = single(built.graphs, &entry)?;
             let x_dims = [bucket.tokens as u32, self.model.config.hidden as u32];
-            graphs.push(StackGraph::bind(graph, layers, act, x_dims)?);
+            let stack = StackGraph::bind(graph, layers.clone(), act, x_dims)?;
+            let last_is_moe = layers
+                .end
+                .checked_sub(1)
+                .and_then(|l| self.model.weights.layers.get(l))
+                .is_some_and(|w| matches!(w.ffn, FeedForward::Moe { .. }));
+            if stack.ends_in_moe() != last_is_moe {
+                return Err(bad_cache(&entry, format!("MoE FFN input output present: {}", stack.ends_in_moe())));
+            }
+            graphs.push(stack);
             contexts.push(built.context);
             self.record(&entry, built.outcome);
         }
@@ -226,20 +258,25 @@ impl QnnBackend {
     }
 }
 
-/// Refuses models the lowering does not cover (MoE feed-forwards).
+/// Refuses models the lowering does not cover: MoE weights without an MoE config, or a mix of
+/// dense and MoE layers (the static expert plans are per layer of an all-MoE stack).
 fn check_lowerable(cfg: &ModelConfig, model: &Transformer) -> Result<()> {
-    let moe_layer =
-        model.weights.layers.iter().any(|l| matches!(l.ffn, crate::model::weights::FeedForward::Moe { .. }));
-    if cfg.moe.is_some() || moe_layer {
-        return Err(EngineError::Unsupported {
-            backend: "qnn".into(),
-            what: format!(
-                "{:?} (MoE feed-forward layers are not lowered to QNN; use the cpu or vnpu backend)",
-                cfg.arch
-            ),
-        });
+    let moe_layer = model.weights.layers.iter().any(|l| matches!(l.ffn, FeedForward::Moe { .. }));
+    if moe_layer || cfg.moe.is_some() {
+        if cfg.moe.is_none() {
+            return Err(EngineError::InvalidRequest("MoE weights without an MoE config".into()));
+        }
+        moe_host::moe_shape(model, cfg)?;
     }
     Ok(())
+}
+
+fn experts_entry((layer, segs): &(usize, Vec<Segment>)) -> Entry {
+    Entry::Experts {
+        layer: *layer,
+        experts: segs.iter().map(|s| s.expert).collect(),
+        capacities: segs.iter().map(|s| s.rows).collect(),
+    }
 }
 
 fn bad_cache(entry: &Entry, why: String) -> EngineError {
@@ -290,25 +327,24 @@ impl Backend for QnnBackend {
         let shape = inputs::ForwardShape { positions: req.positions, cached: &cached, bucket };
         let (cos, sin) = inputs::rope_inputs(&self.rope, &shape, c.head_dim, act);
         let mask = encode(&inputs::mask(&shape, c.causal), act);
-        let mut x = inputs::embeddings(&model, req.tokens, bucket.tokens, act);
-        let mut fresh = Vec::new();
-        let graphs = self.stacks.get_mut(&bucket).ok_or_else(|| EngineError::Backend {
+        let x = inputs::embeddings(&model, req.tokens, bucket.tokens, act);
+        // Read per forward: the MoE policy and plan may change between forwards.
+        let moe = match model.moe_shape() {
+            Some((layers, experts)) => Some(moe_host::MoeShapes::new(&model.moe_execution(), layers, experts)?),
+            None => None,
+        };
+        // Taken out of the map while running so MoE layers can build expert graphs (`&mut self`)
+        // between stack graphs; put back whatever happens.
+        let mut graphs = self.stacks.remove(&bucket).ok_or_else(|| EngineError::Backend {
             backend: "qnn".into(),
             reason: format!("graphs of {bucket:?} not loaded"),
         })?;
-        for g in graphs.iter_mut() {
-            let kc = cache.as_deref();
-            let kv_in = |l: usize| -> (Vec<u8>, Vec<u8>) {
-                match kc {
-                    Some(kc) => inputs::cached_kv(kc, l, &cached, bucket.cached, act),
-                    None => (Vec::new(), Vec::new()),
-                }
-            };
-            let out = g.run(&SharedInputs { x: &x, cos: &cos, sin: &sin, mask: &mask }, &kv_in)?;
-            x = out.x;
-            fresh.extend(out.kv);
-            self.stats.executes += 1;
-        }
+        let shared = StackRun { x, cos: &cos, sin: &sin, mask: &mask, cached: &cached, bucket, n, moe: moe.as_ref() };
+        // MoE counters count only forwards that complete, as on the CPU.
+        let mut moe_stats = MoeStats::default();
+        let ran = self.run_stack(&mut graphs, shared, cache.as_deref(), &mut moe_stats);
+        self.stacks.insert(bucket, graphs);
+        let (x, fresh) = ran?;
         if req.kv == KvMode::ReadWrite {
             if let Some(kc) = cache {
                 let d = c.kv_dim();
@@ -323,6 +359,7 @@ impl Backend for QnnBackend {
         }
         let logits = self.head(&x, req.logits_rows)?;
         self.stats.forwards += 1;
+        self.moe_stats.merge(&moe_stats);
         let ctx_len = cached.len() + n;
         let out = ForwardOutput {
             rows: req.logits_rows.to_vec(),
@@ -346,7 +383,7 @@ impl Backend for QnnBackend {
     fn cost_profile(&self) -> Option<CostProfile> {
         Some(CostProfile {
             token_buckets: self.plan.token_buckets().to_vec(),
-            launch_overhead_s: EXECUTE_OVERHEAD_S * (self.groups.len() + 1) as f64,
+            launch_overhead_s: EXECUTE_OVERHEAD_S * (self.groups.len() + 1 + self.expert_launches_bound()) as f64,
         })
     }
 
@@ -356,7 +393,132 @@ impl Backend for QnnBackend {
     }
 }
 
+/// What running a bucket's stack graphs needs besides the graphs.
+struct StackRun<'a> {
+    /// Embeddings of the block (activation dtype, bucket-padded).
+    x: Vec<u8>,
+    cos: &'a [u8],
+    sin: &'a [u8],
+    mask: &'a [u8],
+    cached: &'a [usize],
+    bucket: Bucket,
+    /// Real block rows.
+    n: usize,
+    /// Set for MoE models.
+    moe: Option<&'a moe_host::MoeShapes>,
+}
+
+/// A layer's fresh K and V rows (activation dtype).
+type FreshKv = Vec<(usize, Vec<u8>, Vec<u8>)>;
+
 impl QnnBackend {
+    /// Runs the stack graphs in order (and the experts after each MoE layer's graph); returns the
+    /// final residual stream and every layer's fresh K/V rows.
+    fn run_stack(
+        &mut self,
+        graphs: &mut [StackGraph],
+        r: StackRun<'_>,
+        kc: Option<&KvCache>,
+        moe_stats: &mut MoeStats,
+    ) -> Result<(Vec<u8>, FreshKv)> {
+        let act = self.opts.precision.activation();
+        let mut x = r.x;
+        let mut fresh = Vec::new();
+        for g in graphs.iter_mut() {
+            let kv_in = |l: usize| -> (Vec<u8>, Vec<u8>) {
+                match kc {
+                    Some(kc) => inputs::cached_kv(kc, l, r.cached, r.bucket.cached, act),
+                    None => (Vec::new(), Vec::new()),
+                }
+            };
+            let out = g.run(&SharedInputs { x: &x, cos: r.cos, sin: r.sin, mask: r.mask }, &kv_in)?;
+            self.stats.executes += 1;
+            fresh.extend(out.kv);
+            x = match (out.ffn_in, r.moe) {
+                (Some(xn), Some(moe)) => {
+                    let layer = g.layers().end - 1;
+                    let (x, stats) = self.moe_layer(moe, layer, r.n, r.bucket.tokens, &out.x, &xn)?;
+                    moe_stats.merge(&stats);
+                    x
+                }
+                (None, _) => out.x,
+                (Some(_), None) => {
+                    return Err(EngineError::Backend {
+                        backend: "qnn".into(),
+                        reason: format!("graph of layers {:?} ends in an MoE layer of a dense model", g.layers()),
+                    })
+                }
+            };
+        }
+        Ok((x, fresh))
+    }
+
+    /// MoE layer `layer` on the host and the grouped expert graphs: `x` is the residual stream
+    /// after attention, `xn` the normed FFN input (both `[T, hidden]`, activation dtype); returns
+    /// the residual stream after the experts and the layer's counters.
+    fn moe_layer(
+        &mut self,
+        moe: &moe_host::MoeShapes,
+        layer: usize,
+        n: usize,
+        bucket_tokens: usize,
+        x: &[u8],
+        xn: &[u8],
+    ) -> Result<(Vec<u8>, MoeStats)> {
+        let act = self.opts.precision.activation();
+        let h = self.model.config.hidden;
+        let (mut xs, xns) = (decode(x, act), decode(xn, act));
+        let caps = moe.capacities(n, layer, bucket_tokens)?;
+        let routed = moe_host::route(&self.model, layer, &xns, &xs, n, &caps, moe.renormalise)?;
+        let mut launches = 0;
+        for group in &moe.groups(layer)?.groups {
+            if !moe_host::has_tokens(group, &routed.routing) {
+                continue;
+            }
+            let segs = moe_host::segments(group, &caps);
+            let key = (layer, segs);
+            self.ensure_experts(&key)?;
+            let buf = encode(&moe_host::gather(&key.1, &routed.routing, &xns, h), act);
+            let graph =
+                self.experts.get_mut(&key).ok_or_else(|| bad_cache(&experts_entry(&key), "not loaded".into()))?;
+            let y = decode(&graph.run(&buf)?, act);
+            moe_host::scatter_add(&key.1, &routed.routing, &y, &mut xs, h);
+            launches += 1;
+            self.stats.executes += 1;
+            self.stats.moe_launches += 1;
+        }
+        Ok((encode(&xs, act), moe_host::layer_stats(layer, &routed, launches)))
+    }
+
+    fn ensure_experts(&mut self, key: &(usize, Vec<Segment>)) -> Result<()> {
+        if self.experts.contains_key(key) {
+            return Ok(());
+        }
+        let entry = experts_entry(key);
+        let (model, precision) = (&self.model, self.opts.precision);
+        let built = self.cache.load_or_build(&self.api, Some(&self.device), &entry, |ctx| {
+            Ok(vec![build_experts(ctx, model, key.0, &key.1, precision)?])
+        })?;
+        let rows = key.1.iter().map(|s| s.rows).sum();
+        let graph =
+            ExpertsGraph::bind(single(built.graphs, &entry)?, precision.activation(), rows, model.config.hidden)?;
+        self.experts.insert(key.clone(), graph);
+        self.contexts.push(built.context);
+        self.record(&entry, built.outcome);
+        Ok(())
+    }
+
+    /// Grouped expert launches of one forward when every group receives tokens (0 for dense).
+    fn expert_launches_bound(&self) -> usize {
+        let Some((layers, experts)) = self.model.moe_shape() else {
+            return 0;
+        };
+        match moe_host::MoeShapes::new(&self.model.moe_execution(), layers, experts) {
+            Ok(m) => (0..layers).filter_map(|l| m.groups(l).ok()).map(|g| g.groups.len()).sum(),
+            Err(_) => 0,
+        }
+    }
+
     /// Runs the LM head on the requested rows of the final residual stream `x` (act bytes).
     fn head(&mut self, x: &[u8], rows: &[usize]) -> Result<Vec<f32>> {
         let (h, vocab) = (self.model.config.hidden, self.model.config.vocab);
@@ -383,6 +545,11 @@ impl QnnBackend {
 /// FLOPs of the real (unpadded) work, counted like the CPU backend.
 fn flops(c: &ModelConfig, n: usize, ctx: usize, rows: usize) -> f64 {
     let (h, qd, kvd) = (c.hidden, c.q_dim(), c.kv_dim());
-    let per_layer = 2 * n * h * (qd + 2 * kvd) + 4 * n * ctx * qd + 2 * n * qd * h + 6 * n * h * c.ffn;
+    let ffn = match &c.moe {
+        // Routed experts per token plus the router.
+        Some(m) => 6 * n * h * m.expert_ffn * m.top_k + 2 * n * h * m.n_experts,
+        None => 6 * n * h * c.ffn,
+    };
+    let per_layer = 2 * n * h * (qd + 2 * kvd) + 4 * n * ctx * qd + 2 * n * qd * h + ffn;
     (c.n_layers * per_layer + 2 * rows * h * c.vocab) as f64
 }

@@ -53,6 +53,8 @@ pub struct QnnStats {
     pub contexts_loaded: usize,
     /// `graphExecute` calls.
     pub executes: usize,
+    /// Of those, grouped expert graphs (one per MoE expert group that received tokens).
+    pub moe_launches: usize,
     /// Forwards run.
     pub forwards: usize,
 }

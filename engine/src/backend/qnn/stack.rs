@@ -9,7 +9,7 @@ use qnn_sys::{Context, DType, Graph, GraphOptions};
 
 use super::buckets::Bucket;
 use super::emit::Emitter;
-use super::lower_layer::{k_cache_name, lower_layer, v_cache_name, LayerInputs, LayerStatics};
+use super::lower_layer::{k_cache_name, lower_layer, v_cache_name, LayerInputs, LayerStatics, FFN_IN_NAME};
 use super::quantize::{constant, QnnPrecision, StaticTensor};
 use super::rope::rotation_matrix;
 use crate::error::{EngineError, Result};
@@ -19,6 +19,22 @@ use crate::model::Transformer;
 pub fn layer_groups(n_layers: usize, per_graph: usize) -> Vec<Range<usize>> {
     let per = if per_graph == 0 { n_layers.max(1) } else { per_graph };
     (0..n_layers).step_by(per).map(|s| s..(s + per).min(n_layers)).collect()
+}
+
+/// Cuts `groups` after every layer for which `ends_graph` holds (MoE layers: the host routes
+/// their tokens between the layer's graph and the next one).
+pub fn cut_after(groups: Vec<Range<usize>>, ends_graph: impl Fn(usize) -> bool) -> Vec<Range<usize>> {
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let mut start = g.start;
+        for l in g.clone() {
+            if ends_graph(l) || l + 1 == g.end {
+                out.push(start..l + 1);
+                start = l + 1;
+            }
+        }
+    }
+    out
 }
 
 /// Graph name of a layer group (unique within its context).
@@ -85,6 +101,8 @@ enum In {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Out {
     X,
+    /// The normed FFN input of the group's last layer, an MoE layer.
+    FfnIn,
     KNew(usize),
     VNew(usize),
 }
@@ -115,6 +133,9 @@ pub struct GroupOutputs {
     pub x: Vec<u8>,
     /// `(layer, k [T, kv_dim], v [T, kv_dim])`.
     pub kv: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// When the group ends in an MoE layer: its normed FFN input `[T, hidden]` (`x` is then the
+    /// residual stream after that layer's attention, before its experts).
+    pub ffn_in: Option<Vec<u8>>,
 }
 
 /// A runnable layer-group graph with its I/O roles.
@@ -156,6 +177,7 @@ impl StackGraph {
         for s in graph.output_specs() {
             outputs.push(match s.name.as_str() {
                 "x_out" => Out::X,
+                FFN_IN_NAME if s.dims == x_dims => Out::FfnIn,
                 n => match (layer_of(n, "k_new"), layer_of(n, "v_new")) {
                     (Some(l), _) if layers.contains(&l) => Out::KNew(l),
                     (_, Some(l)) if layers.contains(&l) => Out::VNew(l),
@@ -167,6 +189,11 @@ impl StackGraph {
             return Err(bad_graph(&gname, "no residual-stream input/output".into()));
         }
         Ok(StackGraph { graph, layers, inputs, outputs })
+    }
+
+    /// Whether the graph ends in an MoE layer (outputs its normed FFN input for the experts).
+    pub fn ends_in_moe(&self) -> bool {
+        self.outputs.contains(&Out::FfnIn)
     }
 
     /// Layers this graph runs.
@@ -210,16 +237,18 @@ impl StackGraph {
             self.graph.execute(&ins, &mut refs)?;
         }
         let mut x = Vec::new();
+        let mut ffn_in = None;
         let mut fresh: BTreeMap<usize, (Vec<u8>, Vec<u8>)> = BTreeMap::new();
         for (role, bytes) in self.outputs.iter().zip(outs) {
             match *role {
                 Out::X => x = bytes,
+                Out::FfnIn => ffn_in = Some(bytes),
                 Out::KNew(l) => fresh.entry(l).or_default().0 = bytes,
                 Out::VNew(l) => fresh.entry(l).or_default().1 = bytes,
             }
         }
         let kv = fresh.into_iter().map(|(l, (k, v))| (l, k, v)).collect();
-        Ok(GroupOutputs { x, kv })
+        Ok(GroupOutputs { x, kv, ffn_in })
     }
 }
 
@@ -233,6 +262,10 @@ mod tests {
         assert_eq!(layer_groups(6, 4), vec![0..4, 4..6]);
         assert_eq!(layer_groups(2, 1), vec![0..1, 1..2]);
         assert_eq!(group_name(&(4..6)), "stack_l4_6");
+        assert_eq!(cut_after(vec![0..4, 4..6], |l| l == 1 || l == 4), vec![0..2, 2..4, 4..5, 5..6]);
+        let whole = || vec![Range { start: 0, end: 3 }];
+        assert_eq!(cut_after(whole(), |_| true), vec![0..1, 1..2, 2..3]);
+        assert_eq!(cut_after(whole(), |_| false), whole());
         assert_eq!(layer_of("k_cache.12", "k_cache"), Some(12));
         assert_eq!(layer_of("k_cache12", "k_cache"), None);
     }
