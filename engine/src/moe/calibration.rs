@@ -91,7 +91,8 @@ impl MoeCalibration {
     }
 
     /// Share of routed pairs each expert of `layer` received in bucket `b` (sums to 1), falling
-    /// back to all buckets together, then to uniform when nothing was recorded.
+    /// back to all buckets together (also for `b` past the last bucket), then to uniform when
+    /// nothing was recorded.
     pub fn popularity(&self, b: usize, layer: usize) -> Vec<f64> {
         let e = self.n_experts;
         let uniform = vec![1.0 / e as f64; e];
@@ -109,6 +110,11 @@ impl MoeCalibration {
         from(all).unwrap_or(uniform)
     }
 
+    /// [`MoeCalibration::popularity`] over every bucket together.
+    pub fn overall_popularity(&self, layer: usize) -> Vec<f64> {
+        self.popularity(self.buckets.len(), layer)
+    }
+
     /// The peak per-prompt share of each expert of `layer` in bucket `b` (0 where unrecorded).
     pub fn peak(&self, b: usize, layer: usize) -> Vec<f64> {
         self.peak_share.get(b).and_then(|p| p.get(layer)).cloned().unwrap_or_else(|| vec![0.0; self.n_experts])
@@ -117,9 +123,8 @@ impl MoeCalibration {
     /// How uneven routing is: the busiest expert's share of its layer over the uniform share,
     /// maximised over layers (1.0 = perfectly balanced), over all buckets together.
     pub fn max_skew(&self) -> f64 {
-        let last = self.buckets.len();
         (0..self.n_layers)
-            .map(|li| self.popularity(last, li).into_iter().fold(0.0f64, f64::max) * self.n_experts as f64)
+            .map(|li| self.overall_popularity(li).into_iter().fold(0.0f64, f64::max) * self.n_experts as f64)
             .fold(0.0, f64::max)
     }
 

@@ -35,9 +35,8 @@ impl StaticPlan {
     /// From a calibration: tiers from its loads, groups from its popularity (over all buckets).
     pub fn from_calibration(cal: &MoeCalibration, tiers: &CapacityTiers, group_size: usize) -> Self {
         let capacities = CapacityPlan::from_calibration(cal, tiers);
-        let last = cal.buckets.len();
         let groups =
-            (0..cal.n_layers).map(|li| ExpertGroups::by_popularity(&cal.popularity(last, li), group_size)).collect();
+            (0..cal.n_layers).map(|li| ExpertGroups::by_popularity(&cal.overall_popularity(li), group_size)).collect();
         StaticPlan { capacities, groups }
     }
 

@@ -176,6 +176,11 @@ pub fn layer_stats(layer: usize, routed: &Routed, launches: usize) -> MoeStats {
         launches: launches as u64,
         tokens_without_expert: routed.report.tokens_without_expert as u64,
         expert_tokens,
+        layer_launches: {
+            let mut l = vec![0; layer + 1];
+            l[layer] = launches as u64;
+            l
+        },
     }
 }
 
