@@ -759,6 +759,26 @@ def render_moe(d):
         out.append(f"Exact match on `{acc.get('set')}` ({g(acc.get('per_task'))} prompts per task; Wilson 95 % intervals; "
                    "accuracy drop in points vs exact routing, paired 95 % interval):\n")
         out.append(table(["execution", "accuracy", "pairs dropped", "drop (points)"] + tasks, rows))
+        res = m.get("residency") or {}
+        if res:
+            first = next(iter(res.values()))
+            out.append(f"Load-aware residency in real decoding runs on `vnpu:{first.get('profile')}` ({g(first.get('prompts'))} "
+                       "held-out prompts, static tiers, every group launched vs cold groups on a CPU-lane thread; "
+                       f"device time and energy {SIM}):\n")
+            rows = []
+            for name, r in sorted(res.items()):
+                off, on = r.get("all_groups_launched") or {}, r.get("cold_groups_on_cpu_lane") or {}
+                rows.append([name.replace("_", " "), pct(r.get("groups_moved_share"), 1),
+                             f"{g(off.get('launches'))} / {g(on.get('launches'))}",
+                             f"{fx(1e3 * (off.get('simulated_s') or 0), 1)} / {fx(1e3 * (on.get('simulated_s') or 0), 1)}",
+                             fx(r.get("sim_speedup"), 3), fx(r.get("sim_energy_ratio"), 3),
+                             "yes" if r.get("identical_answers") else "NO"])
+            out.append(table(["plan", "groups on the CPU lane", "launches off / on", "simulated ms off / on",
+                              "simulated speedup", "simulated energy ratio", "identical answers"], rows))
+            out.append("Measured wall time of the same runs on this machine (real math; both lanes share its 2 cores): " + "; ".join(
+                f"{name.replace('_', ' ')}: {fx((r.get('all_groups_launched') or {}).get('measured_wall_s'), 2)} s off vs "
+                f"{fx((r.get('cold_groups_on_cpu_lane') or {}).get('measured_wall_s'), 2)} s on"
+                for name, r in sorted(res.items())) + ".\n")
         pm = m.get("prose_masked_token") or {}
         if pm:
             ex_p, st_p = pm.get("exact_routing") or {}, pm.get("static_tiers") or {}

@@ -10,10 +10,13 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 use unmask_engine::backend::cpu::CpuBackend;
+use unmask_engine::backend::vnpu::profile::DeviceProfile;
+use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
+use unmask_engine::backend::Backend;
 use unmask_engine::decode::DecodeSettings;
 use unmask_engine::model::{load_model, ChatMessage, ChatTemplate, ForwardRequest, KvMode, TextTokenizer, Transformer};
 use unmask_engine::moe::ffn::{MoeExecution, StaticPlan};
-use unmask_engine::moe::{MoeCalibration, MoePolicy};
+use unmask_engine::moe::{CapacityTiers, MoeCalibration, MoePolicy};
 use unmask_engine::run::{calibrate_moe, static_plan, CalibrationShape};
 
 use crate::{prose, tasks};
@@ -42,7 +45,7 @@ fn eval_set() -> PathBuf {
 
 fn exec(policy: MoePolicy, plan: &Arc<StaticPlan>, renormalise: bool) -> MoeExecution {
     let plan = (policy == MoePolicy::StaticTiers).then(|| plan.clone());
-    MoeExecution { policy, plan, renormalise_dropped: renormalise }
+    MoeExecution { policy, plan, renormalise_dropped: renormalise, residency: None }
 }
 
 /// Wilson 95 % interval of `ok / n`.
@@ -143,6 +146,72 @@ fn accuracy(
     Ok((r, ok, t.take_moe_stats()))
 }
 
+/// The device load-aware residency is judged on (the ANE profile of the simulated prefill).
+const RESIDENCY_PROFILE: &str = "m2-max";
+
+/// Load-aware residency in real runs: the embedded MoE model decodes held-out prompts on the
+/// virtual NPU under static tiers, every group launched vs cold groups on the CPU lane (a real
+/// second thread here), prompt by prompt alternating. Simulated device time and energy (labelled)
+/// and this machine's wall time are reported apart; the answers must be identical.
+fn residency_runs(
+    t: &Arc<Transformer>,
+    tok: &TextTokenizer,
+    template: &ChatTemplate,
+    plan: &Arc<StaticPlan>,
+    examples: &[tasks::TaskExample],
+) -> Result<Value> {
+    let cfg = &t.config;
+    let stop: Vec<u32> = [cfg.eos_token_id, cfg.eot_token_id].into_iter().flatten().collect();
+    let settings = DecodeSettings { gen_length: 16, block_length: 16, steps: 16, ..Default::default() };
+    let profile = DeviceProfile::builtin(RESIDENCY_PROFILE)?;
+    let mut backends = [
+        VirtualNpu::new(t.clone(), profile.clone(), VnpuConfig::default())?,
+        VirtualNpu::new(t.clone(), profile, VnpuConfig::default())?,
+    ];
+    let model = backends[1].moe_residency().context("the residency profile has no NPU")?;
+    let mut wall = [0.0f64; 2];
+    let mut stats = [unmask_engine::moe::MoeStats::default(), Default::default()];
+    let mut outputs: [Vec<Vec<u32>>; 2] = [Vec::new(), Vec::new()];
+    for ex in examples {
+        for (i, b) in backends.iter_mut().enumerate() {
+            let residency = (i == 1).then(|| model.clone());
+            t.set_moe_execution(MoeExecution {
+                policy: MoePolicy::StaticTiers,
+                plan: Some(plan.clone()),
+                renormalise_dropped: true,
+                residency,
+            })?;
+            t.take_moe_stats();
+            let start = Instant::now();
+            let r = tasks::evaluate_with(b, tok, template, std::slice::from_ref(ex), &settings, &stop)?;
+            wall[i] += start.elapsed().as_secs_f64();
+            stats[i].merge(&t.take_moe_stats());
+            outputs[i].extend(r.outputs);
+        }
+    }
+    t.set_moe_execution(MoeExecution::default())?;
+    let totals = [backends[0].totals(), backends[1].totals()];
+    let side = |i: usize| {
+        json!({
+            "simulated_s": totals[i].simulated_s, "simulated_energy_j": totals[i].energy_j,
+            "measured_wall_s": wall[i], "launches": stats[i].launches,
+            "cpu_lane_groups": stats[i].cpu_lane_groups, "forwards": totals[i].forwards,
+        })
+    };
+    Ok(json!({
+        "profile": RESIDENCY_PROFILE,
+        "prompts": examples.len(),
+        "all_groups_launched": side(0),
+        "cold_groups_on_cpu_lane": side(1),
+        "sim_speedup": totals[0].simulated_s / totals[1].simulated_s,
+        "sim_energy_ratio": totals[0].energy_j / totals[1].energy_j,
+        "measured_wall_ratio": wall[0] / wall[1],
+        "groups_moved_share": stats[1].cpu_lane_groups as f64 / (stats[1].cpu_lane_groups + stats[1].launches).max(1) as f64,
+        "identical_answers": outputs[0] == outputs[1],
+        "simulated": true,
+    }))
+}
+
 /// The measured section of the `moe` suite.
 pub fn run(quick: bool) -> Result<Value> {
     let dir = model_dir();
@@ -206,6 +275,18 @@ pub fn run(quick: bool) -> Result<Value> {
         })
         .collect();
 
+    let residency_prompts: Vec<tasks::TaskExample> =
+        examples.iter().step_by(if quick { 10 } else { 15 }).cloned().collect();
+    eprintln!("[moe] load-aware residency on vnpu:{RESIDENCY_PROFILE}: {} prompts x 2", residency_prompts.len());
+    let mut residency = serde_json::Map::new();
+    // The default plan (groups of 4: two groups per layer on this 8-expert model) and a finer one,
+    // where a cold group is small enough for one CPU core to beat a launch.
+    let pairs = plan.groups.first().and_then(|g| g.groups.first()).map_or(0, Vec::len);
+    let fine = Arc::new(StaticPlan::from_calibration(&cal, &CapacityTiers::default(), 2));
+    for (size, p) in [(pairs, &plan), (2, &fine)] {
+        residency.insert(format!("groups_of_{size}"), residency_runs(&t, &tok, &template, p, &residency_prompts)?);
+    }
+
     // Masked-token accuracy on held-out prose, capacity off vs on.
     let mut prose_set = prose::load(&prose::test_prose())?;
     if quick {
@@ -232,6 +313,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "variants": variants,
         },
         "accuracy_drop_points": drop_points,
+        "residency": residency,
         "prose_masked_token": {"exact_routing": prose_exact, "static_tiers": prose_tiers, "drop_rate": prose_stats.drop_rate()},
     }))
 }

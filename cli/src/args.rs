@@ -91,7 +91,9 @@ impl BackendArgs {
         if stray {
             return Err(crate::exit::fail(
                 crate::exit::USAGE,
-                format!("--device applies to --backend vnpu, --qnn-lib/--qnn-cache to --backend qnn (backend is {spec})"),
+                format!(
+                    "--device applies to --backend vnpu, --qnn-lib/--qnn-cache to --backend qnn (backend is {spec})"
+                ),
             ));
         }
         Ok(spec)
@@ -212,6 +214,10 @@ pub struct DecodeArgs {
     /// dropped (default: scale them back to the original total).
     #[arg(long, requires = "moe", help_heading = "Mixture of experts")]
     pub moe_keep_weights: bool,
+    /// static-tiers on a virtual NPU: launch every expert group, none on the CPU lane (default:
+    /// load-aware residency runs cold groups on a second thread beside the NPU's launches).
+    #[arg(long, requires = "moe", help_heading = "Mixture of experts")]
+    pub moe_no_cpu_lane: bool,
 }
 
 impl DecodeArgs {
@@ -264,6 +270,7 @@ impl DecodeArgs {
             moe: self.moe.map(|policy| unmask_engine::moe::MoeSettings {
                 policy,
                 renormalise_dropped: !self.moe_keep_weights,
+                cpu_lane: !self.moe_no_cpu_lane,
             }),
         }
     }

@@ -51,7 +51,13 @@ struct Cli {
     data: Option<Data>,
 }
 
-fn open(model: &ModelArg, backend: &BackendArgs, draft: &DraftArgs, out: &OutputArgs, data_dir: Option<&Path>) -> Result<Cli> {
+fn open(
+    model: &ModelArg,
+    backend: &BackendArgs,
+    draft: &DraftArgs,
+    out: &OutputArgs,
+    data_dir: Option<&Path>,
+) -> Result<Cli> {
     let spec = backend.spec()?;
     let data = if out.no_record { None } else { Some(Data::open(&data::data_dir(data_dir)?)?) };
     let resolved = resolve(model.model.as_deref(), data.as_ref(), data_dir)?;
@@ -112,13 +118,18 @@ pub fn read_prompt(arg: Option<String>, file: Option<&Path>) -> Result<String> {
     };
     let mut bytes = Vec::new();
     if file == Path::new("-") {
-        std::io::stdin().lock().take(MAX_PROMPT_BYTES + 1).read_to_end(&mut bytes).context("reading the prompt from standard input")?;
+        std::io::stdin()
+            .lock()
+            .take(MAX_PROMPT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .context("reading the prompt from standard input")?;
         if bytes.len() as u64 > MAX_PROMPT_BYTES {
             return Err(too_big("the prompt on standard input"));
         }
     } else {
         let f = std::fs::File::open(file).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { crate::exit::UNAVAILABLE } else { crate::exit::OTHER };
+            let code =
+                if e.kind() == std::io::ErrorKind::NotFound { crate::exit::UNAVAILABLE } else { crate::exit::OTHER };
             crate::exit::fail(code, format!("prompt file {}: {e}", file.display()))
         })?;
         f.take(MAX_PROMPT_BYTES + 1)
@@ -171,13 +182,14 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
         }
         if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
             eprintln!(
-                "[moe] {} expert launches over {} layer runs, {} of {} routed pairs dropped ({:.1} %), {} padding rows",
+                "[moe] {} expert launches over {} layer runs, {} of {} routed pairs dropped ({:.1} %), {} padding rows, {} cpu-lane groups",
                 m.launches,
                 m.layer_runs,
                 m.dropped,
                 m.routed,
                 100.0 * m.drop_rate(),
-                m.padded_rows
+                m.padded_rows,
+                m.cpu_lane_groups
             );
         }
         eprintln!(
@@ -211,7 +223,9 @@ fn recorded_run(
     let cfg = c.session.model().transformer.config.clone();
     let stop = c.session.stop_ids(settings);
     let parts = Arc::clone(&c.session.model_arc());
-    let mut canvas = live.then(|| LiveCanvas::new(&parts.tokenizer, ids.len(), settings.gen_length, cfg.mask_token_id.unwrap_or(0), stop));
+    let mut canvas = live.then(|| {
+        LiveCanvas::new(&parts.tokenizer, ids.len(), settings.gen_length, cfg.mask_token_id.unwrap_or(0), stop)
+    });
     let mut stdout = std::io::stdout();
     let mut on_frame = |f: &StepFrame| {
         if let Some(r) = recording.as_mut() {
@@ -366,8 +380,15 @@ pub fn run_info(model: &ModelArg, json_out: bool, data_dir: Option<&Path>) -> Re
     } else {
         let id = |v: Option<u32>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
         println!("model      {}", m.path.display());
-        println!("arch       {} ({})", c.arch.gguf_name(), if c.arch.is_diffusion() { "diffusion" } else { "autoregressive" });
-        println!("shape      hidden {} · {} layers · {} heads ({} kv) · head_dim {} · ffn {}", c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn);
+        println!(
+            "arch       {} ({})",
+            c.arch.gguf_name(),
+            if c.arch.is_diffusion() { "diffusion" } else { "autoregressive" }
+        );
+        println!(
+            "shape      hidden {} · {} layers · {} heads ({} kv) · head_dim {} · ffn {}",
+            c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.ffn
+        );
         if let Some(moe) = &c.moe {
             println!("moe        {} experts, top-{}, expert ffn {}", moe.n_experts, moe.top_k, moe.expert_ffn);
         }

@@ -51,6 +51,10 @@ impl<'a> Recording<'a> {
         }
         let id = self.rec.id();
         self.data.block_on(self.rec.finish(outcome)).context("saving the run")?;
+        if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
+            let stats = serde_json::to_value(m)?;
+            self.data.block_on(self.data.store().put_run_moe(id, &stats)).context("saving the run's MoE counters")?;
+        }
         Ok(id)
     }
 

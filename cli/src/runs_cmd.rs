@@ -111,6 +111,9 @@ fn show(data: &Data, id: i64, steps: bool, json_out: bool) -> Result<()> {
     let frames = if steps { Some(data.block_on(data.store().run_trace(id))?) } else { None };
     if json_out {
         let mut v = json!({ "run": r });
+        if let Some(m) = data.block_on(data.store().run_moe(r.id))? {
+            v["moe"] = m;
+        }
         if let Some(f) = &frames {
             v["steps"] = Value::Array(f.iter().map(step_json).collect());
         }
@@ -136,6 +139,17 @@ fn show(data: &Data, id: i64, steps: bool, json_out: bool) -> Result<()> {
         opt(m.simulated_npu_s.map(secs)),
         opt(m.energy_mj.map(|e| format!("{e:.1} mJ")))
     );
+    if let Some(m) = data.block_on(data.store().run_moe(r.id))? {
+        let n = |k: &str| m[k].as_u64().unwrap_or(0);
+        let rate = if n("routed") > 0 { 100.0 * n("dropped") as f64 / n("routed") as f64 } else { 0.0 };
+        println!(
+            "moe        {} expert launches · {} of {} routed pairs dropped ({rate:.1} %) · {} padding rows",
+            n("launches"),
+            n("dropped"),
+            n("routed"),
+            n("padded_rows")
+        );
+    }
     println!("trace      {} frames{}", r.trace_frames, if r.has_timeline { " · vNPU timeline stored" } else { "" });
     println!("settings   {}", serde_json::to_string(&r.settings)?);
     if let Some(frames) = frames {

@@ -212,6 +212,12 @@ fn moe_calibration_is_stored_and_drives_static_tiers() {
     let naive = env.json(&a);
     assert_eq!(naive["tokens"], exact["tokens"], "per-expert launches are exact");
     assert!(naive["moe"]["launches"].as_u64().unwrap() > 2 * naive["moe"]["layer_runs"].as_u64().unwrap());
+    // A recorded run keeps its MoE counters.
+    let rec = env.json(&["generate", "What is 12+7?", "-m", "tiny-llada-moe", "--json", "--moe", "naive"]);
+    let id = rec["run_id"].as_i64().unwrap().to_string();
+    let shown = env.json(&["runs", "show", &id, "--json"]);
+    assert_eq!(shown["moe"]["launches"], rec["moe"]["launches"]);
+    assert_eq!(shown["run"]["settings"]["moe"]["policy"], "naive", "the policy is part of the recorded settings");
     // Dense models ignore the flag.
     let dense = env.json(&["generate", "What is 12+7?", "--moe", "naive", "--json", "--no-record", "--gen-length", "16", "--steps", "16", "--block-length", "16"]);
     assert!(dense["moe"].is_null());

@@ -68,7 +68,7 @@ fn policies_match_exact_routing_when_nothing_is_dropped() {
         l.iter_mut().for_each(|c| *c = 64);
     }
     for (policy, plan) in [(MoePolicy::Naive, None), (MoePolicy::StaticTiers, Some(Arc::new(roomy)))] {
-        t.set_moe_execution(MoeExecution { policy, plan, renormalise_dropped: true }).unwrap();
+        t.set_moe_execution(MoeExecution { policy, plan, renormalise_dropped: true, residency: None }).unwrap();
         t.take_moe_stats();
         let got = logits(&t, tokens);
         let stats = t.take_moe_stats();
@@ -91,7 +91,13 @@ fn calibrated_tiers_drop_few_tokens_and_keep_the_answer_close() {
     let plan = static_plan(&t, Some(&cal)).unwrap();
     let tokens = &prompts(&t, 45, 46)[44]; // not a calibration prompt
     let exact = logits(&t, tokens);
-    t.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(plan), renormalise_dropped: true }).unwrap();
+    t.set_moe_execution(MoeExecution {
+        policy: MoePolicy::StaticTiers,
+        plan: Some(plan),
+        renormalise_dropped: true,
+        residency: None,
+    })
+    .unwrap();
     t.take_moe_stats();
     let got = logits(&t, tokens);
     let stats = t.take_moe_stats();
@@ -99,7 +105,11 @@ fn calibrated_tiers_drop_few_tokens_and_keep_the_answer_close() {
     assert!(got.iter().all(|v| v.is_finite()));
     // Dropping changes some outputs but the argmax mostly agrees.
     let v = t.config.vocab;
-    let argmax = |l: &[f32]| l.chunks_exact(v).map(|r| r.iter().enumerate().fold(0, |b, (i, x)| if *x > r[b] { i } else { b })).collect::<Vec<_>>();
+    let argmax = |l: &[f32]| {
+        l.chunks_exact(v)
+            .map(|r| r.iter().enumerate().fold(0, |b, (i, x)| if *x > r[b] { i } else { b }))
+            .collect::<Vec<_>>()
+    };
     let (a, b) = (argmax(&exact), argmax(&got));
     let agree = a.iter().zip(&b).filter(|(x, y)| x == y).count() as f64 / a.len() as f64;
     assert!(agree > 0.8, "argmax agreement {agree}");
@@ -111,15 +121,34 @@ fn plans_are_checked_against_the_model() {
     let (layers, experts) = t.moe_shape().unwrap();
     let wrong = StaticPlan::uniform(layers + 1, experts, 2, &[64], 4);
     let err = t
-        .set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(Arc::new(wrong)), renormalise_dropped: true })
+        .set_moe_execution(MoeExecution {
+            policy: MoePolicy::StaticTiers,
+            plan: Some(Arc::new(wrong)),
+            renormalise_dropped: true,
+            residency: None,
+        })
         .unwrap_err();
     assert!(err.to_string().contains("does not fit"), "{err}");
-    let err = t.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: true }).unwrap_err();
+    let err = t
+        .set_moe_execution(MoeExecution {
+            policy: MoePolicy::StaticTiers,
+            plan: None,
+            renormalise_dropped: true,
+            residency: None,
+        })
+        .unwrap_err();
     assert!(err.to_string().contains("needs a plan"), "{err}");
     let dense = model("tiny-llada");
     assert!(dense.moe_shape().is_none());
     let plan = StaticPlan::uniform(1, 2, 1, &[8], 1);
-    assert!(dense.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(Arc::new(plan)), renormalise_dropped: true }).is_err());
+    assert!(dense
+        .set_moe_execution(MoeExecution {
+            policy: MoePolicy::StaticTiers,
+            plan: Some(Arc::new(plan)),
+            renormalise_dropped: true,
+            residency: None
+        })
+        .is_err());
     assert!(calibrate_moe(&dense, &[vec![1, 2, 3]], &CalibrationShape::for_model(&dense, 4), &mut |_, _| {}).is_err());
 }
 
@@ -139,9 +168,12 @@ fn the_virtual_npu_charges_and_shows_expert_launches() {
     let pos: Vec<usize> = (0..tokens.len()).collect();
     let req = ForwardRequest { tokens: &tokens, positions: &pos, logits_rows: &pos[..1], kv: KvMode::Ignore };
     let mut sim = Vec::new();
-    for (policy, plan) in [(MoePolicy::Cpu, None), (MoePolicy::Naive, None), (MoePolicy::StaticTiers, Some(roomy.clone()))] {
-        t.set_moe_execution(MoeExecution { policy, plan, renormalise_dropped: true }).unwrap();
-        let mut npu = VirtualNpu::new(t.clone(), DeviceProfile::builtin("m2-max").unwrap(), VnpuConfig::default()).unwrap();
+    for (policy, plan) in
+        [(MoePolicy::Cpu, None), (MoePolicy::Naive, None), (MoePolicy::StaticTiers, Some(roomy.clone()))]
+    {
+        t.set_moe_execution(MoeExecution { policy, plan, renormalise_dropped: true, residency: None }).unwrap();
+        let mut npu =
+            VirtualNpu::new(t.clone(), DeviceProfile::builtin("m2-max").unwrap(), VnpuConfig::default()).unwrap();
         let (out, stats) = npu.forward(&req, None).unwrap();
         assert!(out.moe.is_some());
         let moe_events = npu.timeline().events.iter().filter(|e| e.name.contains("MoE:")).count();
@@ -152,4 +184,35 @@ fn the_virtual_npu_charges_and_shows_expert_launches() {
     // Per-expert launches cost more simulated time than two group launches per layer, and both
     // more than the ideal dynamic graph.
     assert!(sim[1] > sim[2] && sim[2] > sim[0], "{sim:?}");
+}
+
+#[test]
+fn residency_on_the_virtual_npu_runs_cold_groups_on_the_cpu_lane_with_the_same_answer() {
+    use std::ops::ControlFlow;
+    use unmask_engine::decode::CancelFlag;
+    use unmask_engine::moe::{CapacityTiers, MoeSettings};
+    use unmask_engine::run::{BackendSpec, ModelParts, RunPrompt, Session, SettingsOverrides};
+
+    let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada-moe");
+    let parts = Arc::new(ModelParts::load(&dir).unwrap());
+    let t = &parts.transformer;
+    let cal = calibrate_moe(t, &prompts(t, 8, 24), &CalibrationShape::for_model(t, 16), &mut |_, _| {}).unwrap();
+    // Groups of two: on the M2 Max profile a cold pair costs one CPU core less than a launch.
+    let plan = Arc::new(StaticPlan::from_calibration(&cal, &CapacityTiers::default(), 2));
+    let mut runs = Vec::new();
+    for cpu_lane in [false, true] {
+        let mut s = Session::open(parts.clone(), &BackendSpec::Vnpu { device: "m2-max".into() }).unwrap();
+        s.set_moe_plan(plan.clone()).unwrap();
+        let mut settings = s.settings(&SettingsOverrides::default()).unwrap();
+        settings.moe = Some(MoeSettings { policy: MoePolicy::StaticTiers, renormalise_dropped: true, cpu_lane });
+        let ids = s.prompt_ids(RunPrompt::Raw("Sort: pear apple fig kiwi")).unwrap();
+        let o = s.run(&ids, &settings, &CancelFlag::new(), &mut |_| ControlFlow::Continue(())).unwrap();
+        runs.push((o.output.tokens.clone(), o.moe.unwrap()));
+    }
+    let (off, on) = (&runs[0], &runs[1]);
+    assert_eq!(off.0, on.0, "the CPU lane computes the same kept rows");
+    assert_eq!(off.1.cpu_lane_groups, 0);
+    assert!(on.1.cpu_lane_groups > 0, "{:?}", on.1);
+    assert_eq!(on.1.launches + on.1.cpu_lane_groups, off.1.launches);
+    assert_eq!(on.1.dropped, off.1.dropped);
 }

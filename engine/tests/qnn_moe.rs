@@ -57,7 +57,8 @@ fn check_against_cpu(name: &str, t: &Arc<Transformer>, prompts: &[Vec<u32>]) {
         let cpu_stats = t.take_moe_stats();
         let before = q.stats().clone();
         let got = forward_all(&mut q, p);
-        let qs = q.take_moe_stats();
+        // Through the backend trait, as a run reads them (the transformer's own counters stay empty).
+        let qs = Backend::take_moe_stats(&mut q).expect("the QNN backend reports its MoE counters");
         let err = max_rel_err(&got, &want);
         eprintln!(
             "{name} prompt {i} ({} tokens): f32 QNN vs cpu max rel err {err:.2e}, {} launches",
@@ -130,8 +131,13 @@ fn moe_decodes_equal_the_cpu_backend() {
 /// saliency order), the same launches, the same logits (the drops are the same). Returns the
 /// QNN counters summed over the prompts.
 fn check_static_tiers(t: &Arc<Transformer>, plan: Arc<StaticPlan>, prompts: &[Vec<u32>]) -> MoeStats {
-    t.set_moe_execution(MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(plan), renormalise_dropped: true })
-        .unwrap();
+    t.set_moe_execution(MoeExecution {
+        policy: MoePolicy::StaticTiers,
+        plan: Some(plan),
+        renormalise_dropped: true,
+        residency: None,
+    })
+    .unwrap();
     let mock = Mock::new();
     let mut cpu = CpuBackend::new(Arc::clone(t));
     let mut q = qnn_backend(t, options(&mock, QnnPrecision::F32));

@@ -488,11 +488,22 @@ pub struct GenerateRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum GenerateEvent {
-    Started { run_id: i64, conversation_id: i64, prompt_tokens: u32, canvas_length: u32 },
+    Started {
+        run_id: i64,
+        conversation_id: i64,
+        prompt_tokens: u32,
+        canvas_length: u32,
+    },
     /// Batched to ~60 Hz; the last frame is always delivered.
-    Frames { frames: Vec<FrameDelta> },
-    Finished { summary: RunSummary },
-    Failed { message: String },
+    Frames {
+        frames: Vec<FrameDelta>,
+    },
+    Finished {
+        summary: RunSummary,
+    },
+    Failed {
+        message: String,
+    },
 }
 
 /// Streamed while a download runs.
@@ -540,9 +551,11 @@ mod tests {
             revision: true,
             cfg_scale: 1.5,
             seed: 7,
+            moe: MoeChoice::StaticTiers,
         };
         let e = s.to_engine().expect("valid");
         assert_eq!(e.gen_length, 48);
+        assert_eq!(e.moe.map(|m| m.policy), Some(MoePolicy::StaticTiers));
         assert_eq!(e.alg, DreamAlg::Entropy);
         assert!(e.speculative.is_some() && e.revision.is_some());
         assert_eq!(DecodeSettings::from_engine(&e), s);
@@ -559,10 +572,16 @@ mod tests {
     fn events_serialise_with_kind_tag_and_camel_case_fields() {
         let ev = GenerateEvent::Started { run_id: 3, conversation_id: 4, prompt_tokens: 5, canvas_length: 6 };
         let v = serde_json::to_value(&ev).expect("json");
-        assert_eq!(v, serde_json::json!({"kind": "started", "runId": 3, "conversationId": 4, "promptTokens": 5, "canvasLength": 6}));
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "started", "runId": 3, "conversationId": 4, "promptTokens": 5, "canvasLength": 6})
+        );
         let d = DownloadEvent::Progress { download_id: 1, file: "a".into(), bytes: 2, total_bytes: None };
         let v = serde_json::to_value(&d).expect("json");
-        assert_eq!(v, serde_json::json!({"kind": "progress", "downloadId": 1, "file": "a", "bytes": 2, "totalBytes": null}));
+        assert_eq!(
+            v,
+            serde_json::json!({"kind": "progress", "downloadId": 1, "file": "a", "bytes": 2, "totalBytes": null})
+        );
     }
 
     #[test]

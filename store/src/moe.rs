@@ -109,4 +109,29 @@ impl Store {
             .await?;
         Ok(r.rows_affected() > 0)
     }
+
+    /// Stores what a run's MoE layers did (the engine's `MoeStats` as JSON), replacing a
+    /// previous record of that run.
+    pub async fn put_run_moe(&self, run_id: i64, stats: &serde_json::Value) -> Result<()> {
+        // A runtime-checked query: the table is newer than the cached query metadata.
+        sqlx::query("INSERT INTO run_moe (run_id, stats_json) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET stats_json = excluded.stats_json")
+            .bind(run_id)
+            .bind(stats.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// What a run's MoE layers did, if it was a MoE run.
+    pub async fn run_moe(&self, run_id: i64) -> Result<Option<serde_json::Value>> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT stats_json FROM run_moe WHERE run_id = ?")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|(j,)| {
+            serde_json::from_str(&j)
+                .map_err(|e| StoreError::corrupt(format!("MoE record of run {run_id}"), e.to_string()))
+        })
+        .transpose()
+    }
 }

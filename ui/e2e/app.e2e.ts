@@ -256,6 +256,18 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => p.locator("[data-testid=model-run-table] tbody tr").count()).toBe(fixtures.length);
   });
 
+  it("model manager: a MoE model shows its stored calibration", async () => {
+    const p = await freshPage();
+    await tab(p, "models");
+    const rows = p.getByTestId("model-row");
+    await expect.poll(() => rows.count()).toBe(1);
+    expect(await rows.first().getByTestId("moe-calibration").count()).toBe(0);
+    await p.getByTestId("import-path").fill("/data/models/LLaDA-MoE-7B-A1B-Instruct-Q4_K.gguf");
+    await p.getByTestId("import").click();
+    await expect.poll(() => rows.count()).toBe(2);
+    await expect.poll(() => rows.nth(1).getByTestId("moe-calibration").textContent()).toContain("240 prompts");
+  });
+
   it("compare: two recorded runs side by side, then re-run a prompt with two presets", async () => {
     const p = await freshPage();
     await tab(p, "compare");

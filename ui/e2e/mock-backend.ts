@@ -88,7 +88,7 @@ const info: AppInfo = { version: "0.1.0-e2e", dataDir: "/home/user/.local/share/
   memoryBytes: 8 * 1024 ** 3, defaultModelId: 1, devices: ["sm8750", "sm8650"] };
 const models: ModelEntry[] = [{ id: 1, name: "tiny-llada", architecture: "llada", format: "safetensors", quantisation: "f32",
   sizeBytes: 17_800_000, sha256: "ab".repeat(32), source: "embedded", path: "models/tiny-llada", addedMs: now() - 86_400_000,
-  usedMs: null, embedded: true, fitsMemory: true, runCount: 0 }];
+  usedMs: null, embedded: true, fitsMemory: true, runCount: 0, moeCalibration: null }];
 const specFx = fixtures.find((f) => f.run.request.settings.speculative)?.run ?? fixtures[0].run;
 const presets: Preset[] = [
   { id: 1, name: "Reference (CPU)", settings: { ...base, speculative: false, revision: false }, backend: { kind: "cpu", device: null }, builtin: true },
@@ -200,10 +200,13 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       if (!path.startsWith("/")) throw appError("invalidInput", `not an absolute path: ${path}`);
       if (path.includes("missing")) throw appError("notFound", `no model at ${path}`);
       const gguf = path.endsWith(".gguf");
+      // A MoE model imported here comes with a stored calibration, as after `unmask moe calibrate`.
+      const moe = path.includes("MoE");
       const m: ModelEntry = { id: nextId++, name: (a.name as string | null) ?? path.split("/").pop()!.replace(/\.gguf$/, ""),
-        architecture: "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",
+        architecture: moe ? "llada_moe" : "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",
         sizeBytes: gguf ? 4_600_000_000 : 16_000_000_000, sha256: "cd".repeat(32), source: path, path, addedMs: now(),
-        usedMs: null, embedded: false, fitsMemory: gguf, runCount: 0 };
+        usedMs: null, embedded: false, fitsMemory: gguf, runCount: 0,
+        moeCalibration: moe ? "240 prompts · 16 layers x 64 experts (top-8) · busiest expert 3.1x its fair share" : null };
       models.push(m);
       return m;
     }

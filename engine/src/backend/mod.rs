@@ -60,4 +60,14 @@ pub trait Backend: Send {
     /// path (lockstep revision schedule): the next dense forward starts after every CPU-path
     /// task so far. Without the call a device timeline lets the two paths overlap across steps.
     fn sync_cpu_path(&mut self) {}
+    /// The device cost model load-aware MoE residency places expert groups with; `None` when the
+    /// backend has no NPU beside a CPU lane (every group then runs as a launch).
+    fn moe_residency(&self) -> Option<std::sync::Arc<dyn crate::moe::ResidencyCostModel>> {
+        None
+    }
+    /// MoE counters since the last call, for backends that run MoE layers themselves instead of
+    /// through the transformer's forward (whose counters the run reads otherwise).
+    fn take_moe_stats(&mut self) -> Option<crate::moe::MoeStats> {
+        None
+    }
 }

@@ -6,8 +6,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::capacity::{enforce_capacity, CapacityPlan, CapacityTiers};
-use super::grouped::{run_group, swiglu_rows, ExpertGroups};
-use super::routing::{saliency, Routing};
+use super::grouped::{run_group, swiglu_rows, swiglu_rows_serial, ExpertGroups};
+use super::residency::{GroupCost, Placement, ResidencyCostModel, ResidencyPlan};
+use super::routing::{saliency, Assignment, Routing};
 use super::{Expert, MoeCalibration, MoePolicy};
 use crate::error::{EngineError, Result};
 use crate::kernels::linear::Linear;
@@ -29,15 +30,19 @@ pub struct StaticPlan {
     pub capacities: CapacityPlan,
     /// Per layer.
     pub groups: Vec<ExpertGroups>,
+    /// `popularity[layer][expert]`: calibrated share of the layer's routed tokens, from which load-aware
+    /// residency predicts each group's rows (empty: uniform).
+    #[serde(default)]
+    pub popularity: Vec<Vec<f64>>,
 }
 
 impl StaticPlan {
     /// From a calibration: tiers from its loads, groups from its popularity (over all buckets).
     pub fn from_calibration(cal: &MoeCalibration, tiers: &CapacityTiers, group_size: usize) -> Self {
         let capacities = CapacityPlan::from_calibration(cal, tiers);
-        let groups =
-            (0..cal.n_layers).map(|li| ExpertGroups::by_popularity(&cal.overall_popularity(li), group_size)).collect();
-        StaticPlan { capacities, groups }
+        let popularity: Vec<Vec<f64>> = (0..cal.n_layers).map(|li| cal.overall_popularity(li)).collect();
+        let groups = popularity.iter().map(|p| ExpertGroups::by_popularity(p, group_size)).collect();
+        StaticPlan { capacities, groups, popularity }
     }
 
     /// Without a calibration: uniform capacities, experts grouped in index order.
@@ -45,7 +50,8 @@ impl StaticPlan {
         let tiers = CapacityTiers::default();
         let capacities = CapacityPlan::uniform(n_layers, n_experts, top_k, buckets, &tiers);
         let groups = vec![ExpertGroups::by_popularity(&vec![1.0; n_experts], group_size); n_layers];
-        StaticPlan { capacities, groups }
+        let popularity = vec![vec![1.0 / n_experts.max(1) as f64; n_experts]; n_layers];
+        StaticPlan { capacities, groups, popularity }
     }
 
     /// Checks the plan fits a model with `n_layers` MoE layers of `n_experts` experts.
@@ -75,6 +81,10 @@ pub struct MoeExecution {
     pub plan: Option<Arc<StaticPlan>>,
     /// Scale a token's remaining gate weights back to its original total when experts were dropped.
     pub renormalise_dropped: bool,
+    /// Load-aware residency under [`MoePolicy::StaticTiers`]: with a device's cost model, each layer
+    /// places its cold groups on a CPU lane (a second thread, concurrent with the grouped launches);
+    /// `None` runs every group as a launch.
+    pub residency: Option<Arc<dyn ResidencyCostModel>>,
 }
 
 /// Counters summed over forwards.
@@ -97,6 +107,16 @@ pub struct MoeStats {
     /// `layer_launches[layer]`: expert launches (per expert or per group) of that layer.
     #[serde(default)]
     pub layer_launches: Vec<u64>,
+    /// Groups load-aware residency ran on the CPU lane instead of launching them.
+    #[serde(default)]
+    pub cpu_lane_groups: u64,
+    /// `layer_cpu_groups[layer]`: those groups per layer.
+    #[serde(default)]
+    pub layer_cpu_groups: Vec<u64>,
+    /// `layer_cpu_lane_s[layer]`: the device cost model's seconds for that layer's CPU lane (its
+    /// groups' kept rows plus the merge), summed over forwards. A simulated figure.
+    #[serde(default)]
+    pub layer_cpu_lane_s: Vec<f64>,
 }
 
 impl MoeStats {
@@ -124,6 +144,19 @@ impl MoeStats {
         for (li, &n) in o.layer_launches.iter().enumerate() {
             self.add_launches(li, n);
         }
+        for (li, (&g, &s)) in o.layer_cpu_groups.iter().zip(&o.layer_cpu_lane_s).enumerate() {
+            self.add_cpu_lane(li, g, s);
+        }
+    }
+
+    fn add_cpu_lane(&mut self, layer: usize, groups: u64, seconds: f64) {
+        if self.layer_cpu_groups.len() <= layer {
+            self.layer_cpu_groups.resize(layer + 1, 0);
+            self.layer_cpu_lane_s.resize(layer + 1, 0.0);
+        }
+        self.layer_cpu_groups[layer] += groups;
+        self.layer_cpu_lane_s[layer] += seconds;
+        self.cpu_lane_groups += groups;
     }
 
     fn add_launches(&mut self, layer: usize, n: u64) {
@@ -216,15 +249,123 @@ pub fn moe_ffn(
             stats.dropped += report.dropped as u64;
             stats.padded_rows += report.padded as u64;
             stats.tokens_without_expert += report.tokens_without_expert as u64;
-            for group in &groups.groups {
-                if group.iter().any(|&g| !routing.per_expert[g].is_empty()) {
-                    flops += run_group(layer.experts, group, &caps, &routing.per_expert, xn, h, x);
-                    stats.add_launches(li, 1);
+            let placement = match &exec.residency {
+                Some(model) => {
+                    place_groups(model.as_ref(), layer.experts, groups, &caps, plan.popularity.get(li), n, layer.top_k)
+                }
+                None => vec![Placement::Npu; groups.groups.len()],
+            };
+            let active = |g: &[usize]| g.iter().any(|&e| !routing.per_expert[e].is_empty());
+            let cpu_lane: Vec<&[usize]> = groups
+                .groups
+                .iter()
+                .zip(&placement)
+                .filter(|(g, p)| **p == Placement::Cpu && active(g))
+                .map(|(g, _)| g.as_slice())
+                .collect();
+            let per_expert = &routing.per_expert;
+            // The CPU lane runs on its own thread while this one launches the resident groups.
+            let cpu_out = std::thread::scope(|scope| {
+                let lane = (!cpu_lane.is_empty())
+                    .then(|| scope.spawn(|| run_cpu_lane(layer.experts, &cpu_lane, per_expert, xn, h)));
+                for (group, p) in groups.groups.iter().zip(&placement) {
+                    if *p == Placement::Npu && active(group) {
+                        flops += run_group(layer.experts, group, &caps, per_expert, xn, h, x);
+                        stats.add_launches(li, 1);
+                    }
+                }
+                lane.map(|t| t.join()).transpose()
+            })
+            .map_err(|_| EngineError::Backend {
+                backend: "cpu".into(),
+                reason: "the MoE CPU-lane thread panicked".into(),
+            })?;
+            if let Some(outs) = cpu_out {
+                for (ei, y, f) in outs {
+                    flops += f;
+                    scatter_add(x, h, &y, &routing.per_expert[ei]);
+                }
+                if let Some(model) = &exec.residency {
+                    let ex = &layer.experts[0];
+                    let (hh, ff) = (ex.gate.k_in, ex.gate.n_out);
+                    let lane_s: f64 = cpu_lane
+                        .iter()
+                        .flat_map(|g| g.iter())
+                        .map(|&e| model.cpu_expert(routing.per_expert[e].len(), hh, ff).0)
+                        .sum::<f64>()
+                        + model.sync_s();
+                    stats.add_cpu_lane(li, cpu_lane.len() as u64, lane_s);
                 }
             }
         }
     }
     Ok(flops)
+}
+
+/// Places one layer's groups by [`ResidencyPlan::decide`], predicting each expert's rows from the
+/// calibrated popularity (`n * top_k` pairs shared by popularity, capped at the capacity): the
+/// placement follows the plan, not this forward's routing, as a compiled graph set would.
+fn place_groups(
+    model: &dyn ResidencyCostModel,
+    experts: &[super::Expert],
+    groups: &ExpertGroups,
+    caps: &[usize],
+    popularity: Option<&Vec<f64>>,
+    n: usize,
+    top_k: usize,
+) -> Vec<Placement> {
+    let Some(ex) = experts.first() else { return vec![Placement::Npu; groups.groups.len()] };
+    let (h, f) = (ex.gate.k_in, ex.gate.n_out);
+    let uniform = 1.0 / experts.len() as f64;
+    let pop = |e: usize| popularity.and_then(|p| p.get(e)).copied().unwrap_or(uniform);
+    let cap = |e: usize| caps.get(e).copied().unwrap_or(0);
+    let expected = |e: usize| ((pop(e) * (n * top_k) as f64).round() as usize).min(cap(e));
+    // Weights at 2 bytes per parameter (the NPU's f16 copy).
+    let expert_bytes = (3 * h * f * 2) as u64;
+    let costs: Vec<GroupCost> = groups
+        .groups
+        .iter()
+        .map(|g| {
+            let (mut c, mut e) =
+                (GroupCost { npu_s: 0.0, cpu_s: 0.0, popularity: 0.0, weight_bytes: 0, npu_j: 0.0, cpu_j: 0.0 }, 0);
+            for &x in g {
+                let (ns, nj) = model.npu_expert(cap(x), h, f);
+                let (cs, cj) = model.cpu_expert(expected(x), h, f);
+                c.npu_s += ns;
+                c.npu_j += nj;
+                c.cpu_s += cs;
+                c.cpu_j += cj;
+                c.popularity += pop(x);
+                e += 1;
+            }
+            c.weight_bytes = expert_bytes * e;
+            c
+        })
+        .collect();
+    ResidencyPlan::decide(&costs, model.dispatch(), model.npu_budget_bytes()).placement
+}
+
+/// The CPU lane: each expert of each group on exactly its kept rows, one after another on this
+/// thread (no padding: the CPU has no static shapes). Returns (expert, outputs, FLOPs).
+fn run_cpu_lane(
+    experts: &[super::Expert],
+    groups: &[&[usize]],
+    routed: &[Vec<Assignment>],
+    xn: &[f32],
+    h: usize,
+) -> Vec<(usize, Vec<f32>, f64)> {
+    let mut outs = Vec::new();
+    for &e in groups.iter().flat_map(|g| g.iter()) {
+        let r = &routed[e];
+        if r.is_empty() {
+            continue;
+        }
+        let xin = gather(xn, h, r.iter().map(|a| a.token));
+        let mut y = vec![0.0f32; r.len() * h];
+        let f = swiglu_rows_serial(&experts[e], &xin, r.len(), &mut y);
+        outs.push((e, y, f));
+    }
+    outs
 }
 
 fn gather(xn: &[f32], h: usize, tokens: impl Iterator<Item = usize>) -> Vec<f32> {
@@ -235,7 +376,7 @@ fn gather(xn: &[f32], h: usize, tokens: impl Iterator<Item = usize>) -> Vec<f32>
     out
 }
 
-fn scatter_add(x: &mut [f32], h: usize, y: &[f32], routed: &[super::routing::Assignment]) {
+fn scatter_add(x: &mut [f32], h: usize, y: &[f32], routed: &[Assignment]) {
     for (row, a) in y.chunks_exact(h).zip(routed) {
         for (xi, yi) in x[a.token * h..(a.token + 1) * h].iter_mut().zip(row) {
             *xi += a.weight * yi;
@@ -253,7 +394,34 @@ mod tests {
         Linear::from_f32("w", n, k, (0..n * k).map(|_| rng.random_range(-s..s)).collect())
     }
 
+    /// Launches cost 1 ms; an expert costs 1 us per row on the NPU and 100 us on the CPU.
+    #[derive(Debug)]
+    struct LaunchBound;
+    impl ResidencyCostModel for LaunchBound {
+        fn launch_s(&self) -> f64 {
+            1e-3
+        }
+        fn sync_s(&self) -> f64 {
+            1e-4
+        }
+        fn npu_expert(&self, rows: usize, _h: usize, _f: usize) -> (f64, f64) {
+            (rows as f64 * 1e-6, 0.0)
+        }
+        fn cpu_expert(&self, rows: usize, _h: usize, _f: usize) -> (f64, f64) {
+            (rows as f64 * 1e-4, 0.0)
+        }
+    }
+
     fn run(policy: MoePolicy, plan: Option<StaticPlan>, n: usize) -> (Vec<f32>, MoeStats) {
+        run_with(policy, plan, n, None)
+    }
+
+    fn run_with(
+        policy: MoePolicy,
+        plan: Option<StaticPlan>,
+        n: usize,
+        residency: Option<Arc<dyn ResidencyCostModel>>,
+    ) -> (Vec<f32>, MoeStats) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let (h, f, e) = (16, 24, 6);
         let router = lin(&mut rng, e, h);
@@ -263,7 +431,7 @@ mod tests {
         let xn: Vec<f32> = (0..n * h).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut x: Vec<f32> = (0..n * h).map(|_| rng.random_range(-1.0..1.0)).collect();
         let layer = MoeLayer { router: &router, experts: &experts, top_k: 2, norm_topk_prob: true };
-        let exec = MoeExecution { policy, plan: plan.map(Arc::new), renormalise_dropped: true };
+        let exec = MoeExecution { policy, plan: plan.map(Arc::new), renormalise_dropped: true, residency };
         let mut stats = MoeStats::default();
         moe_ffn(&layer, &exec, 0, &mut x, &xn, n, h, &mut stats).unwrap();
         (x, stats)
@@ -291,6 +459,32 @@ mod tests {
     }
 
     #[test]
+    fn residency_runs_cold_groups_on_a_second_thread_with_the_same_result() {
+        let n = 20;
+        let mut full = StaticPlan::uniform(1, 6, 2, &[n], 2);
+        full.capacities.buckets[0].per_layer[0] = vec![n; 6];
+        // Calibrated popularity: experts 0 and 1 take almost every token, the rest are cold.
+        full.popularity[0] = vec![0.45, 0.45, 0.03, 0.03, 0.02, 0.02];
+        full.groups[0] = ExpertGroups::by_popularity(&full.popularity[0], 2);
+        let (resident, s0) = run_with(MoePolicy::StaticTiers, Some(full.clone()), n, None);
+        let (with_lane, s1) = run_with(MoePolicy::StaticTiers, Some(full), n, Some(Arc::new(LaunchBound)));
+        for (a, b) in resident.iter().zip(&with_lane) {
+            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        // The hot group's 20 padded rows cost more than a launch on the CPU, so it stays; the two cold
+        // groups (predicted 1-2 rows each) move to the CPU lane when they have routed tokens.
+        assert!(s1.cpu_lane_groups >= 1, "{s1:?}");
+        assert_eq!(s1.launches + s1.cpu_lane_groups, s0.launches);
+        assert_eq!(s1.layer_cpu_groups, vec![s1.cpu_lane_groups]);
+        assert!(s1.layer_cpu_lane_s[0] >= 1e-4);
+        let mut merged = MoeStats::default();
+        merged.merge(&s1);
+        merged.merge(&s1);
+        assert_eq!(merged.cpu_lane_groups, 2 * s1.cpu_lane_groups);
+        assert_eq!(merged.launches, 2 * s1.launches);
+    }
+
+    #[test]
     fn small_capacities_drop_and_change_the_output() {
         let n = 20;
         let mut plan = StaticPlan::uniform(1, 6, 2, &[n], 3);
@@ -310,7 +504,8 @@ mod tests {
         let router = lin(&mut rng, 2, 4);
         let experts = vec![Expert { gate: lin(&mut rng, 4, 4), up: lin(&mut rng, 4, 4), down: lin(&mut rng, 4, 4) }; 2];
         let layer = MoeLayer { router: &router, experts: &experts, top_k: 1, norm_topk_prob: false };
-        let exec = MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: false };
+        let exec =
+            MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: false, residency: None };
         let (mut x, xn) = (vec![0.0; 8], vec![0.5; 8]);
         let err = moe_ffn(&layer, &exec, 0, &mut x, &xn, 2, 4, &mut MoeStats::default()).unwrap_err();
         assert!(err.to_string().contains("needs a plan"), "{err}");

@@ -53,7 +53,7 @@ pub fn swiglu_rows(ex: &Expert, x: &[f32], m: usize, y: &mut [f32]) -> f64 {
 }
 
 /// As [`swiglu_rows`], each product on the calling thread (one tile of a grouped launch).
-fn swiglu_rows_serial(ex: &Expert, x: &[f32], m: usize, y: &mut [f32]) -> f64 {
+pub(crate) fn swiglu_rows_serial(ex: &Expert, x: &[f32], m: usize, y: &mut [f32]) -> f64 {
     let (f, h) = (ex.gate.n_out, ex.gate.k_in);
     let (mut g, mut u) = (vec![0.0f32; m * f], vec![0.0f32; m * f]);
     ex.gate.forward_serial(x, m, &mut g);

@@ -28,7 +28,7 @@ pub use calibration::MoeCalibration;
 pub use capacity::{CapacityPlan, CapacityTiers};
 pub use ffn::{MoeExecution, MoeLayer, MoeStats};
 pub use grouped::ExpertGroups;
-pub use residency::{GroupCost, Placement, ResidencyPlan};
+pub use residency::{DispatchCosts, GroupCost, Placement, ResidencyCostModel, ResidencyPlan};
 pub use routing::Routing;
 pub use shape::MoeShape;
 
@@ -66,15 +66,25 @@ pub struct MoeSettings {
     /// the original total (`false`: keep them as routed).
     #[serde(default = "default_renormalise")]
     pub renormalise_dropped: bool,
+    /// static-tiers on a simulated device: load-aware residency, i.e. cold expert groups run on a CPU
+    /// lane (a second thread) concurrently with the NPU's grouped launches, placed per layer by the
+    /// device's cost of a launch, the merge and each unit's compute. Backends without a device cost
+    /// model launch every group.
+    #[serde(default = "default_cpu_lane")]
+    pub cpu_lane: bool,
 }
 
 fn default_renormalise() -> bool {
     MoeSettings::default().renormalise_dropped
 }
 
+fn default_cpu_lane() -> bool {
+    MoeSettings::default().cpu_lane
+}
+
 impl Default for MoeSettings {
     fn default() -> Self {
-        MoeSettings { policy: MoePolicy::Cpu, renormalise_dropped: true }
+        MoeSettings { policy: MoePolicy::Cpu, renormalise_dropped: true, cpu_lane: true }
     }
 }
 

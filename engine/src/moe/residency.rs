@@ -7,10 +7,50 @@
 //! `max(NPU launches + NPU compute, CPU compute + sync)`. Groups move to the CPU, coldest first,
 //! while that lowers the layer's energy-delay product (time × energy): a move that saves a little
 //! time by waking power-hungry CPU cores is refused (minimising time alone ran phones' CPU lanes
-//! at several times the NPU's energy in the simulated prefill). Without energies the rule is time
-//! alone. Groups whose weights do not fit the NPU's resident budget go to the CPU regardless.
+//! at several times the NPU's energy in the simulated prefill). The energy counts the host core
+//! that dispatches each launch and the merge, so a saved launch is saved host energy. Without
+//! energies the rule is time alone. Groups whose weights do not fit the NPU's resident budget go to the CPU regardless.
 
 use serde::{Deserialize, Serialize};
+
+/// What the residency decision needs to know about a device: the cost of one NPU launch, of
+/// merging the CPU lane, and of one expert over some rows on each unit. The virtual NPU implements
+/// it from a device profile; the real forward then runs the groups it places on the CPU on a
+/// second thread.
+pub trait ResidencyCostModel: Send + Sync + std::fmt::Debug {
+    /// One NPU graph launch, seconds.
+    fn launch_s(&self) -> f64;
+    /// Merging the CPU lane's outputs into the NPU's (one host round trip), seconds.
+    fn sync_s(&self) -> f64;
+    /// (seconds, joules) of one `h -> f -> h` SwiGLU expert over `rows` rows on the NPU.
+    fn npu_expert(&self, rows: usize, h: usize, f: usize) -> (f64, f64);
+    /// (seconds, joules) of the same expert on the CPU lane.
+    fn cpu_expert(&self, rows: usize, h: usize, f: usize) -> (f64, f64);
+    /// Expert weight bytes one layer may keep resident on the NPU.
+    fn npu_budget_bytes(&self) -> u64 {
+        u64::MAX
+    }
+    /// Power of the host core that dispatches launches and merges, watts (0: unknown).
+    fn host_w(&self) -> f64 {
+        0.0
+    }
+    /// The fixed costs [`ResidencyPlan::decide`] weighs.
+    fn dispatch(&self) -> DispatchCosts {
+        DispatchCosts { launch_s: self.launch_s(), sync_s: self.sync_s(), host_w: self.host_w() }
+    }
+}
+
+/// The fixed costs around a layer's groups: each NPU launch and the CPU lane's merge keep a host
+/// core busy for their duration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DispatchCosts {
+    /// One NPU launch, seconds.
+    pub launch_s: f64,
+    /// Merging the CPU lane's outputs, seconds.
+    pub sync_s: f64,
+    /// Power of the dispatching host core, watts (0: energy unknown).
+    pub host_w: f64,
+}
 
 /// Where one group runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,9 +100,10 @@ impl ResidencyPlan {
         self.placement.iter().filter(|&&p| p == Placement::Npu).count()
     }
 
-    /// Decides placements for one layer. `launch_s`: one NPU dispatch; `sync_s`: merging the CPU
-    /// lane's results; `npu_budget_bytes`: resident weight budget left for this layer's experts.
-    pub fn decide(groups: &[GroupCost], launch_s: f64, sync_s: f64, npu_budget_bytes: u64) -> Self {
+    /// Decides placements for one layer. `d`: the launch and merge costs; `npu_budget_bytes`:
+    /// resident weight budget left for this layer's experts.
+    pub fn decide(groups: &[GroupCost], d: DispatchCosts, npu_budget_bytes: u64) -> Self {
+        let DispatchCosts { launch_s, sync_s, host_w } = d;
         let mut placement = vec![Placement::Npu; groups.len()];
         // Hot first into the resident budget; what does not fit runs on the CPU.
         let mut order: Vec<usize> = (0..groups.len()).collect();
@@ -87,8 +128,14 @@ impl ResidencyPlan {
             let cpu = if p.contains(&Placement::Cpu) { cpu + sync_s } else { 0.0 };
             (npu, cpu)
         };
+        // A launch and the merge cost their host core's energy too.
         let energy = |p: &[Placement]| -> f64 {
-            groups.iter().zip(p).map(|(c, pl)| if *pl == Placement::Npu { c.npu_j } else { c.cpu_j }).sum()
+            let units: f64 = groups
+                .iter()
+                .zip(p)
+                .map(|(c, pl)| if *pl == Placement::Npu { c.npu_j + launch_s * host_w } else { c.cpu_j })
+                .sum();
+            units + if p.contains(&Placement::Cpu) { sync_s * host_w } else { 0.0 }
         };
         // Time × energy, or time alone when no energies are known.
         let score = |p: &[Placement]| -> f64 {
@@ -130,13 +177,13 @@ mod tests {
     fn cold_groups_move_to_the_cpu_while_it_pays() {
         // Launch 1 ms: the two cold groups cost 1.1 ms each on the NPU but 0.5 ms on the CPU.
         let groups = [g(5e-3, 50e-3, 0.6), g(4e-3, 40e-3, 0.3), g(0.1e-3, 0.5e-3, 0.05), g(0.1e-3, 0.5e-3, 0.05)];
-        let p = ResidencyPlan::decide(&groups, 1e-3, 0.2e-3, u64::MAX);
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 1e-3, sync_s: 0.2e-3, host_w: 0.0 }, u64::MAX);
         assert_eq!(p.placement, vec![Placement::Npu, Placement::Npu, Placement::Cpu, Placement::Cpu]);
         assert!((p.npu_s - 11e-3).abs() < 1e-9);
         assert!((p.cpu_s - 1.2e-3).abs() < 1e-9);
         assert_eq!(p.npu_groups(), 2);
         // When merging the CPU lane costs more than any overlap gains, nothing moves.
-        let p = ResidencyPlan::decide(&groups, 1e-3, 20e-3, u64::MAX);
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 1e-3, sync_s: 20e-3, host_w: 0.0 }, u64::MAX);
         assert!(p.placement.iter().all(|&x| x == Placement::Npu));
     }
 
@@ -147,18 +194,23 @@ mod tests {
         groups[0].npu_j = 10e-3;
         groups[1].npu_j = 0.1e-3;
         groups[1].cpu_j = 5e-3;
-        let p = ResidencyPlan::decide(&groups, 1e-3, 0.1e-3, u64::MAX);
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 1e-3, sync_s: 0.1e-3, host_w: 0.0 }, u64::MAX);
         assert_eq!(p.placement, vec![Placement::Npu, Placement::Npu]);
         // When the CPU side is cheap in energy too, the move is taken.
         groups[1].cpu_j = 0.05e-3;
-        let p = ResidencyPlan::decide(&groups, 1e-3, 0.1e-3, u64::MAX);
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 1e-3, sync_s: 0.1e-3, host_w: 0.0 }, u64::MAX);
+        assert_eq!(p.placement, vec![Placement::Npu, Placement::Cpu]);
+        // The launch a move saves keeps a 5 W host core busy for 1 ms (5 mJ): with that counted,
+        // the 5 mJ CPU group of the first case is worth moving after all.
+        groups[1].cpu_j = 5e-3;
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 1e-3, sync_s: 0.1e-3, host_w: 5.0 }, u64::MAX);
         assert_eq!(p.placement, vec![Placement::Npu, Placement::Cpu]);
     }
 
     #[test]
     fn budget_keeps_the_hot_groups_resident() {
         let groups = [g(1e-3, 9e-3, 0.1), g(1e-3, 9e-3, 0.9)];
-        let p = ResidencyPlan::decide(&groups, 0.0, 0.0, 10);
+        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 0.0, sync_s: 0.0, host_w: 0.0 }, 10);
         assert_eq!(p.placement, vec![Placement::Cpu, Placement::Npu]);
     }
 }

@@ -14,9 +14,11 @@ use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
 use crate::decode::spec_ar::{check_pair, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
 use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
 use crate::error::Result;
+use crate::model::{
+    load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer,
+};
 use crate::moe::ffn::{MoeExecution, MoeStats, StaticPlan};
 use crate::moe::MoePolicy;
-use crate::model::{load_model, ChatMessage, ChatTemplate, GenerationDefaults, LoadedModel, TextTokenizer, Transformer};
 
 /// A loaded model's parts that runs need, shareable between sessions (the app caches one).
 #[derive(Debug)]
@@ -112,7 +114,14 @@ impl Session {
     /// Builds `backend` for `model`.
     pub fn open(model: Arc<ModelParts>, backend: &BackendSpec) -> Result<Self> {
         let executor = Executor::build(backend, model.transformer.clone())?;
-        Ok(Session { model, backend: backend.clone(), executor, ar_cache: ArPrefixCache::default(), draft: None, moe_plan: None })
+        Ok(Session {
+            model,
+            backend: backend.clone(),
+            executor,
+            ar_cache: ArPrefixCache::default(),
+            draft: None,
+            moe_plan: None,
+        })
     }
 
     /// Decodes with speculative decoding from now on, `draft` proposing tokens for this
@@ -154,7 +163,17 @@ impl Session {
         } else {
             None
         };
-        model.set_moe_execution(MoeExecution { policy: s.policy, plan, renormalise_dropped: s.renormalise_dropped })
+        let residency = if s.policy == MoePolicy::StaticTiers && s.cpu_lane {
+            self.executor.as_dyn().moe_residency()
+        } else {
+            None
+        };
+        model.set_moe_execution(MoeExecution {
+            policy: s.policy,
+            plan,
+            renormalise_dropped: s.renormalise_dropped,
+            residency,
+        })
     }
 
     /// The draft model and its settings, when speculative decoding is on.
@@ -224,6 +243,7 @@ impl Session {
         self.apply_moe(settings)?;
         let is_moe = self.model.transformer.moe_shape().is_some();
         self.model.transformer.take_moe_stats();
+        self.executor.as_dyn().take_moe_stats();
         let mark = self.executor.timeline_mark();
         let diffusion = self.model.transformer.config.arch.is_diffusion();
         let backend = self.executor.as_dyn();
@@ -231,8 +251,16 @@ impl Session {
         let output = if diffusion {
             generate_dyn(backend, prompt_ids, settings, cancel, on_frame)?
         } else if let Some(d) = self.draft.as_mut() {
-            let (out, stats) =
-                generate_speculative(backend, &mut d.backend, prompt_ids, settings, &d.settings, cancel, on_frame, &mut d.caches)?;
+            let (out, stats) = generate_speculative(
+                backend,
+                &mut d.backend,
+                prompt_ids,
+                settings,
+                &d.settings,
+                cancel,
+                on_frame,
+                &mut d.caches,
+            )?;
             speculation = Some(stats);
             out
         } else {
@@ -243,7 +271,22 @@ impl Session {
         let answer_tokens = (answer.len() + 1).min(output.tokens.len());
         let text = self.model.tokenizer.decode(&answer, true);
         let timeline = self.executor.timeline_since(mark);
-        let moe = is_moe.then(|| self.model.transformer.take_moe_stats());
-        Ok(RunOutcome { output, answer, text, answer_tokens, prompt_tokens: prompt_ids.len(), timeline, speculation, moe })
+        let moe = is_moe.then(|| {
+            let mut stats = self.model.transformer.take_moe_stats();
+            if let Some(own) = self.executor.as_dyn().take_moe_stats() {
+                stats.merge(&own);
+            }
+            stats
+        });
+        Ok(RunOutcome {
+            output,
+            answer,
+            text,
+            answer_tokens,
+            prompt_tokens: prompt_ids.len(),
+            timeline,
+            speculation,
+            moe,
+        })
     }
 }

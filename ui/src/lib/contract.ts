@@ -40,7 +40,8 @@ export type DecodeSettings = {
   revision: boolean;
   cfgScale: number;
   seed: number;
-  moe: "cpu" | "naive" | "staticTiers";
+  /** Missing in settings saved before it existed (the engine then runs "cpu"). */
+  moe?: "cpu" | "naive" | "staticTiers";
 };
 /** Schema entry describing one setting for the settings form. */
 export type SettingInfo = {

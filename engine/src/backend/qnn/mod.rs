@@ -391,6 +391,10 @@ impl Backend for QnnBackend {
         // Revision runs on the phone's CPU cores next to the NPU, on the same weights.
         Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
     }
+
+    fn take_moe_stats(&mut self) -> Option<MoeStats> {
+        Some(QnnBackend::take_moe_stats(self))
+    }
 }
 
 /// What running a bucket's stack graphs needs besides the graphs.

@@ -181,6 +181,7 @@ pub fn layer_stats(layer: usize, routed: &Routed, launches: usize) -> MoeStats {
             l[layer] = launches as u64;
             l
         },
+        ..Default::default()
     }
 }
 
@@ -233,10 +234,16 @@ mod tests {
         let s = MoeShapes::new(&exec, 2, 6).unwrap();
         assert_eq!(s.capacities(5, 1, 8).unwrap(), vec![8; 6]);
         assert_eq!(s.groups(0).unwrap().groups, vec![vec![0, 1, 2, 3], vec![4, 5]]);
-        let tiers = MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: true };
+        let tiers =
+            MoeExecution { policy: MoePolicy::StaticTiers, plan: None, renormalise_dropped: true, residency: None };
         assert!(MoeShapes::new(&tiers, 2, 6).is_err());
         let plan = Arc::new(StaticPlan::uniform(2, 6, 2, &[4, 64], 3));
-        let tiers = MoeExecution { policy: MoePolicy::StaticTiers, plan: Some(plan), renormalise_dropped: true };
+        let tiers = MoeExecution {
+            policy: MoePolicy::StaticTiers,
+            plan: Some(plan),
+            renormalise_dropped: true,
+            residency: None,
+        };
         let s = MoeShapes::new(&tiers, 2, 6).unwrap();
         // Bucket 64's uniform rung is above the 8-row token bucket: capped at 8.
         assert!(s.capacities(20, 0, 8).unwrap().iter().all(|&c| c == 8));

@@ -11,6 +11,7 @@ pub mod cost;
 pub mod cpu_path;
 pub mod moe_launches;
 pub mod moe_prefill;
+pub mod moe_residency;
 pub mod pim;
 pub mod profile;
 pub mod replay;
@@ -151,6 +152,8 @@ pub struct VirtualNpu {
     last_stream: Option<StreamReport>,
     /// The fixed staging buffers the real forward streams through (made on first use).
     pool: Option<StagingPool>,
+    /// Expert costs on this device (MoE padding rows, load-aware residency); `None` without an NPU.
+    moe_costs: Option<moe_residency::ProfileResidency>,
 }
 
 impl VirtualNpu {
@@ -159,6 +162,7 @@ impl VirtualNpu {
         crate::threads::init(0);
         let sim = simulator_for(config.timed_as.as_ref().unwrap_or(&model.config), &profile, &config)?;
         let lanes = SharedLanes::new(profile.display_name.clone(), cpu_path::cpu_path_cores(&profile));
+        let moe_costs = moe_residency::ProfileResidency::new(&profile, &config.precision)?;
         Ok(VirtualNpu {
             model,
             profile,
@@ -170,6 +174,7 @@ impl VirtualNpu {
             stream_plans: HashMap::new(),
             last_stream: None,
             pool: None,
+            moe_costs,
         })
     }
     /// The device profile.
@@ -302,7 +307,10 @@ impl VirtualNpu {
         }
         let host_w = self.profile.cpu.clusters.first().map_or(0.0, |k| k.active_w_per_core.value);
         let npu_idle_w = self.profile.npu.as_ref().map_or(0.0, |n| n.idle_w.value);
-        c.time_s * (host_w + npu_idle_w)
+        let npu_active_w = self.profile.npu.as_ref().map_or(0.0, |n| n.active_w.value);
+        // Dispatch keeps a host core busy beside an idle NPU; padding rows are NPU compute; the CPU
+        // lane is one more busy core for its own seconds.
+        (c.time_s - c.npu_compute_s) * (host_w + npu_idle_w) + c.npu_compute_s * npu_active_w + c.cpu_lane_s * host_w
     }
 }
 
@@ -355,10 +363,18 @@ impl Backend for VirtualNpu {
             self.totals.staging_allocations += r.allocations;
             self.totals.staging_pool_bytes = r.pool_bytes;
         }
-        let moe = out
-            .moe
-            .as_ref()
-            .and_then(|m| moe_launches::charge(m, self.model.moe_execution().policy, self.sim.target().launch_overhead_s));
+        let moe = out.moe.as_ref().and_then(|m| {
+            let mut c =
+                moe_launches::charge(m, self.model.moe_execution().policy, self.sim.target().launch_overhead_s)?;
+            if let (Some(costs), Some(mc)) = (&self.moe_costs, &self.model.config.moe) {
+                let rows = usize::try_from(m.padded_rows).unwrap_or(usize::MAX);
+                c.add_padding(
+                    m.padded_rows,
+                    crate::moe::ResidencyCostModel::npu_expert(costs, rows, self.model.config.hidden, mc.expert_ffn).0,
+                );
+            }
+            Some(c)
+        });
         let (sim_s, energy, padded) = match &step {
             Some(s) => {
                 self.record(s, wall_start, wall_s, report.as_ref());
@@ -400,6 +416,9 @@ impl Backend for VirtualNpu {
     }
     fn sync_cpu_path(&mut self) {
         self.lanes.lock().sync();
+    }
+    fn moe_residency(&self) -> Option<Arc<dyn crate::moe::ResidencyCostModel>> {
+        Some(Arc::new(self.moe_costs.clone()?))
     }
 }
 

@@ -161,10 +161,14 @@ pub fn scatter(target: &ComputeTarget, shape: &MoeShape, tokens: usize, pairs: u
 /// One expert's SwiGLU FFN over `rows` rows: gate and up projections, the SwiGLU, the down
 /// projection; its weights are read from DRAM once per call.
 pub fn expert(target: &ComputeTarget, shape: &MoeShape, p: &Precision, rows: usize) -> Work {
+    swiglu_expert(target, p, rows, shape.hidden, shape.expert_ffn)
+}
+
+/// One `h -> f -> h` SwiGLU expert over `rows` rows.
+pub fn swiglu_expert(target: &ComputeTarget, p: &Precision, rows: usize, h: usize, f: usize) -> Work {
     if rows == 0 {
         return Work::default();
     }
-    let (h, f) = (shape.hidden, shape.expert_ffn);
     let act = |elems: usize| (elems as f64 * p.activation_bytes).ceil() as u64;
     let gate_up = matmul(target, p, rows, f, h).times(2.0);
     let swiglu = vector(target, (rows * f) as u64, 6.0, 2 * act(rows * f), act(rows * f));

@@ -24,7 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::memory::graph::Precision;
 use crate::moe::capacity::enforce_capacity;
 use crate::moe::ffn::StaticPlan;
-use crate::moe::{CapacityTiers, GroupCost, MoeCalibration, MoeShape, Placement, ResidencyPlan};
+use crate::moe::{CapacityTiers, DispatchCosts, GroupCost, MoeCalibration, MoeShape, Placement, ResidencyPlan};
 use crate::trace::LanePower;
 
 use super::cost::{ComputeTarget, ShapeBuckets};
@@ -560,7 +560,8 @@ fn static_tiers_grouped(w: &MoeWorkload, u: &Units, routing: &PromptRouting, t: 
                 cpu_j: g.iter().map(|&e| cpu_experts.at(expected(e)).time_s).sum::<f64>() * u.cpu_lane.active_w,
             })
             .collect();
-        let placement = ResidencyPlan::decide(&group_costs, side.launch_s, sync_s, side.expert_budget_per_layer);
+        let dispatch = DispatchCosts { launch_s: side.launch_s, sync_s, host_w: side.host_w };
+        let placement = ResidencyPlan::decide(&group_costs, dispatch, side.expert_budget_per_layer);
         let kept_rows = kept.counts();
         let (mut npu_lane, mut cpu_lane) = (0.0, 0.0);
         for (g, p) in groups.groups.iter().zip(&placement.placement) {

@@ -122,6 +122,7 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
         moe: src.one_in(3).then(|| unmask_engine::moe::MoeSettings {
             policy: src.pick(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]),
             renormalise_dropped: src.one_in(2),
+            cpu_lane: src.one_in(2),
         }),
     }
 }
