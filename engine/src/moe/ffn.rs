@@ -327,7 +327,7 @@ fn place_groups(
         .iter()
         .map(|g| {
             let (mut c, mut e) =
-                (GroupCost { npu_s: 0.0, cpu_s: 0.0, popularity: 0.0, weight_bytes: 0, npu_j: 0.0, cpu_j: 0.0 }, 0);
+                (GroupCost { npu_s: 0.0, cpu_s: 0.0, popularity: 0.0, weight_bytes: 0, npu_j: 0.0, cpu_j: 0.0, stream_s: 0.0 }, 0);
             for &x in g {
                 let (ns, nj) = model.npu_expert(cap(x), h, f);
                 let (cs, cj) = model.cpu_expert(expected(x), h, f);

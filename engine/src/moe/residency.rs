@@ -9,7 +9,9 @@
 //! time by waking power-hungry CPU cores is refused (minimising time alone ran phones' CPU lanes
 //! at several times the NPU's energy in the simulated prefill). The energy counts the host core
 //! that dispatches each launch and the merge, so a saved launch is saved host energy. Without
-//! energies the rule is time alone. Groups whose weights do not fit the NPU's resident budget go to the CPU regardless.
+//! energies the rule is time alone. Groups whose weights do not fit the NPU's resident budget
+//! are streamed in by DMA while the NPU runs the others (the DMA lane joins the NPU lane's time),
+//! unless the same rule finds them cheaper on the CPU.
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +79,10 @@ pub struct GroupCost {
     pub npu_j: f64,
     /// Energy of its CPU compute (joules; 0 when unknown).
     pub cpu_j: f64,
+    /// Copying its weights into NPU memory when they are not resident (DMA, concurrent with the
+    /// NPU's launches), seconds.
+    #[serde(default)]
+    pub stream_s: f64,
 }
 
 /// The decision for one layer and the time it predicts.
@@ -87,6 +93,9 @@ pub struct ResidencyPlan {
     pub npu_s: f64,
     /// Predicted CPU lane time (compute + the merge sync when any group is there), seconds.
     pub cpu_s: f64,
+    /// Per group: beyond the resident budget, so its weights are streamed in when it runs on the NPU.
+    #[serde(default)]
+    pub streamed: Vec<bool>,
 }
 
 impl ResidencyPlan {
@@ -105,28 +114,34 @@ impl ResidencyPlan {
     pub fn decide(groups: &[GroupCost], d: DispatchCosts, npu_budget_bytes: u64) -> Self {
         let DispatchCosts { launch_s, sync_s, host_w } = d;
         let mut placement = vec![Placement::Npu; groups.len()];
-        // Hot first into the resident budget; what does not fit runs on the CPU.
+        // Hot first into the resident budget; what does not fit is streamed in by DMA while the NPU
+        // runs the others (double-buffered), unless the rule below moves it to the CPU.
         let mut order: Vec<usize> = (0..groups.len()).collect();
         order.sort_by(|&a, &b| groups[b].popularity.total_cmp(&groups[a].popularity).then(a.cmp(&b)));
+        let mut streamed = vec![false; groups.len()];
         let mut used = 0u64;
         for &g in &order {
             if used.saturating_add(groups[g].weight_bytes) > npu_budget_bytes {
-                placement[g] = Placement::Cpu;
+                streamed[g] = true;
             } else {
                 used += groups[g].weight_bytes;
             }
         }
         let lanes = |p: &[Placement]| -> (f64, f64) {
-            let mut npu = 0.0;
-            let mut cpu = 0.0;
-            for (c, pl) in groups.iter().zip(p) {
+            let (mut npu, mut dma, mut cpu) = (0.0, 0.0, 0.0);
+            for ((c, pl), &s) in groups.iter().zip(p).zip(&streamed) {
                 match pl {
-                    Placement::Npu => npu += launch_s + c.npu_s,
+                    Placement::Npu => {
+                        npu += launch_s + c.npu_s;
+                        if s {
+                            dma += c.stream_s;
+                        }
+                    }
                     Placement::Cpu => cpu += c.cpu_s,
                 }
             }
             let cpu = if p.contains(&Placement::Cpu) { cpu + sync_s } else { 0.0 };
-            (npu, cpu)
+            (npu.max(dma), cpu)
         };
         // A launch and the merge cost their host core's energy too.
         let energy = |p: &[Placement]| -> f64 {
@@ -161,7 +176,8 @@ impl ResidencyPlan {
             }
         }
         let (npu_s, cpu_s) = lanes(&placement);
-        ResidencyPlan { placement, npu_s, cpu_s }
+        let streamed = streamed.iter().zip(&placement).map(|(&s, &p)| s && p == Placement::Npu).collect();
+        ResidencyPlan { placement, npu_s, cpu_s, streamed }
     }
 }
 
@@ -170,7 +186,7 @@ mod tests {
     use super::*;
 
     fn g(npu_s: f64, cpu_s: f64, popularity: f64) -> GroupCost {
-        GroupCost { npu_s, cpu_s, popularity, weight_bytes: 10, npu_j: 0.0, cpu_j: 0.0 }
+        GroupCost { npu_s, cpu_s, popularity, weight_bytes: 10, npu_j: 0.0, cpu_j: 0.0, stream_s: 0.0 }
     }
 
     #[test]
@@ -208,9 +224,20 @@ mod tests {
     }
 
     #[test]
-    fn budget_keeps_the_hot_groups_resident() {
-        let groups = [g(1e-3, 9e-3, 0.1), g(1e-3, 9e-3, 0.9)];
-        let p = ResidencyPlan::decide(&groups, DispatchCosts { launch_s: 0.0, sync_s: 0.0, host_w: 0.0 }, 10);
+    fn budget_keeps_the_hot_groups_resident_and_streams_or_moves_the_rest() {
+        let none = DispatchCosts { launch_s: 0.0, sync_s: 0.0, host_w: 0.0 };
+        // The cold group does not fit: streaming its weights (2 ms, beside the hot group's 1 ms)
+        // beats 9 ms on the CPU, so it stays on the NPU, streamed.
+        let mut groups = [g(1e-3, 9e-3, 0.1), g(1e-3, 9e-3, 0.9)];
+        groups[0].stream_s = 2e-3;
+        let p = ResidencyPlan::decide(&groups, none, 10);
+        assert_eq!(p.placement, vec![Placement::Npu, Placement::Npu]);
+        assert_eq!(p.streamed, vec![true, false]);
+        assert!((p.npu_s - 2e-3).abs() < 1e-12);
+        // Streaming it would take 50 ms: the CPU's 9 ms is the better place.
+        groups[0].stream_s = 50e-3;
+        let p = ResidencyPlan::decide(&groups, none, 10);
         assert_eq!(p.placement, vec![Placement::Cpu, Placement::Npu]);
+        assert_eq!(p.streamed, vec![false, false]);
     }
 }

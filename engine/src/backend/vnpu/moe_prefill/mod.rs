@@ -558,15 +558,23 @@ fn static_tiers_grouped(w: &MoeWorkload, u: &Units, routing: &PromptRouting, t: 
                 weight_bytes: expert_bytes * g.len() as u64,
                 npu_j: g.iter().map(|&e| npu_experts.at(cap_of(e)).time_s).sum::<f64>() * u.power.npu_active_w,
                 cpu_j: g.iter().map(|&e| cpu_experts.at(expected(e)).time_s).sum::<f64>() * u.cpu_lane.active_w,
+                stream_s: (expert_bytes * g.len() as u64) as f64 / side.npu.dma_bytes_per_s,
             })
             .collect();
         let dispatch = DispatchCosts { launch_s: side.launch_s, sync_s, host_w: side.host_w };
         let placement = ResidencyPlan::decide(&group_costs, dispatch, side.expert_budget_per_layer);
         let kept_rows = kept.counts();
-        let (mut npu_lane, mut cpu_lane) = (0.0, 0.0);
-        for (g, p) in groups.groups.iter().zip(&placement.placement) {
+        let (mut npu_lane, mut cpu_lane, mut dma_lane) = (0.0, 0.0, 0.0);
+        for (gi, (g, p)) in groups.groups.iter().zip(&placement.placement).enumerate() {
             match p {
                 Placement::Npu => {
+                    // Weights beyond the resident budget are copied in while other groups run.
+                    if placement.streamed.get(gi).copied().unwrap_or(false) {
+                        let bytes = (expert_bytes * g.len() as u64) as f64;
+                        dma_lane += bytes / side.npu.dma_bytes_per_s;
+                        t.streamed += bytes;
+                        t.dram += 2.0 * bytes;
+                    }
                     let work = g.iter().fold(Work::default(), |acc, &e| acc.plus(npu_experts.at(cap_of(e))));
                     t.npu_busy(work);
                     t.launches += 1;
@@ -588,7 +596,8 @@ fn static_tiers_grouped(w: &MoeWorkload, u: &Units, routing: &PromptRouting, t: 
             t.dispatch(1, sync_s, side.host_w);
             cpu_lane += sync_s;
         }
-        let experts_s = npu_lane.max(cpu_lane);
+        t.dma_busy_s += dma_lane;
+        let experts_s = npu_lane.max(dma_lane).max(cpu_lane);
         t.phases.experts_s += experts_s;
         t.time_s += experts_s;
     }
