@@ -60,6 +60,17 @@ fn wilson(ok: usize, n: usize) -> (f64, f64) {
     (centre - half, centre + half)
 }
 
+/// Accuracy per task with its Wilson interval.
+fn per_task_json(r: &tasks::EvalResult) -> serde_json::Map<String, Value> {
+    r.per_task
+        .iter()
+        .map(|(k, &(c, n))| {
+            let (l, h) = wilson(c, n);
+            (k.clone(), json!({"accuracy": c as f64 / n.max(1) as f64, "ci95": [l, h], "n": n}))
+        })
+        .collect()
+}
+
 /// Mean and 95 % interval of paired differences.
 fn paired(diffs: &[f64]) -> (f64, f64, f64) {
     let n = diffs.len().max(1) as f64;
@@ -246,14 +257,7 @@ pub fn run(quick: bool) -> Result<Value> {
         let (r, ok, stats) = accuracy(&t, &tok, &template, &examples, exec(MoePolicy::StaticTiers, &plan, renorm))?;
         let diffs: Vec<f64> = ok_exact.iter().zip(&ok).map(|(a, b)| (*a as i32 - *b as i32) as f64 * 100.0).collect();
         let (d, lo, hi) = paired(&diffs);
-        let tasks_json: serde_json::Map<String, Value> = r
-            .per_task
-            .iter()
-            .map(|(k, &(c, n))| {
-                let (l, h) = wilson(c, n);
-                (k.clone(), json!({"accuracy": c as f64 / n.max(1) as f64, "ci95": [l, h], "n": n}))
-            })
-            .collect();
+        let tasks_json = per_task_json(&r);
         if renorm {
             drop_points = Some(d);
         }
@@ -266,14 +270,7 @@ pub fn run(quick: bool) -> Result<Value> {
             }),
         );
     }
-    let exact_tasks: serde_json::Map<String, Value> = exact
-        .per_task
-        .iter()
-        .map(|(k, &(c, n))| {
-            let (l, h) = wilson(c, n);
-            (k.clone(), json!({"accuracy": c as f64 / n.max(1) as f64, "ci95": [l, h], "n": n}))
-        })
-        .collect();
+    let exact_tasks = per_task_json(&exact);
 
     let residency_prompts: Vec<tasks::TaskExample> =
         examples.iter().step_by(if quick { 10 } else { 15 }).cloned().collect();

@@ -48,33 +48,22 @@ pub fn charge(stats: &MoeStats, policy: MoePolicy, launch_s: f64) -> Option<MoeL
         let dur = launches as f64 * launch_s;
         let cpu_s = if cpu_groups > 0 { stats.layer_cpu_lane_s.get(li).copied().unwrap_or(0.0) } else { 0.0 };
         if cpu_groups > 0 {
-            c.events.push(TraceEvent {
-                lane: Lane::Cpu(0),
-                name: format!("layer {li} MoE: {cpu_groups} cold expert groups on the CPU lane + merge"),
-                category: "compute".into(),
-                start_sim: c.time_s,
-                dur_sim: cpu_s,
-                wall_start: 0.0,
-                wall_dur: 0.0,
-                bytes: 0,
-            });
+            let name = format!("layer {li} MoE: {cpu_groups} cold expert groups on the CPU lane + merge");
+            c.events.push(simulated_event(Lane::Cpu(0), name, "compute", c.time_s, cpu_s));
             c.cpu_lane_s += cpu_s;
         }
         let what = if policy == MoePolicy::Naive { "expert" } else { "expert-group" };
-        c.events.push(TraceEvent {
-            lane: Lane::Npu,
-            name: format!("layer {li} MoE: top-k sync + {n} {what} launches"),
-            category: "launch".into(),
-            start_sim: c.time_s,
-            dur_sim: dur,
-            wall_start: 0.0,
-            wall_dur: 0.0,
-            bytes: 0,
-        });
+        let name = format!("layer {li} MoE: top-k sync + {n} {what} launches");
+        c.events.push(simulated_event(Lane::Npu, name, "launch", c.time_s, dur));
         c.time_s += dur.max(cpu_s);
         c.launches += launches;
     }
     Some(c)
+}
+
+/// An event on the simulated clock only (no wall time, no bytes).
+fn simulated_event(lane: Lane, name: String, category: &str, start_sim: f64, dur_sim: f64) -> TraceEvent {
+    TraceEvent { lane, name, category: category.into(), start_sim, dur_sim, wall_start: 0.0, wall_dur: 0.0, bytes: 0 }
 }
 
 impl MoeLaunchCharge {
@@ -83,16 +72,8 @@ impl MoeLaunchCharge {
         if rows == 0 || seconds <= 0.0 {
             return;
         }
-        self.events.push(TraceEvent {
-            lane: Lane::Npu,
-            name: format!("MoE padding: {rows} rows of static expert capacity"),
-            category: "compute".into(),
-            start_sim: self.time_s,
-            dur_sim: seconds,
-            wall_start: 0.0,
-            wall_dur: 0.0,
-            bytes: 0,
-        });
+        let name = format!("MoE padding: {rows} rows of static expert capacity");
+        self.events.push(simulated_event(Lane::Npu, name, "compute", self.time_s, seconds));
         self.time_s += seconds;
         self.npu_compute_s += seconds;
     }
