@@ -19,6 +19,7 @@ fn request(prompt: &str) -> GenerateRequest {
         settings: settings(),
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
+        system_prompt: None,
     }
 }
 
