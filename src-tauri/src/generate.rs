@@ -358,8 +358,12 @@ mod tests {
         );
         assert!(llada.ends_with("And 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"), "{llada}");
         // ChatML's default system prompt gives way to the conversation's.
-        let chatml = ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }.render(&chat, true);
-        assert!(chatml.starts_with("<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>user"), "{chatml}");
+        let chatml =
+            ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }.render(&chat, true);
+        assert!(
+            chatml.starts_with("<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>user"),
+            "{chatml}"
+        );
         assert!(!chatml.contains("helpful assistant"));
         let moe = ChatTemplate::LladaMoe.render(&chat, true);
         assert!(moe.starts_with("<role>SYSTEM</role>Answer with a number.<|role_end|><role>HUMAN</role>"), "{moe}");
@@ -370,11 +374,8 @@ mod tests {
         // A stored system message gives way to the conversation's prompt, which the user sees.
         let with_stored = [stored(1, MessageRole::System, "Old.")];
         let chat = chat_turns(Some("New."), &with_stored, "Hi");
-        let systems: Vec<&str> = chat
-            .iter()
-            .filter(|m| m.role == unmask_engine::model::Role::System)
-            .map(|m| m.content.as_str())
-            .collect();
+        let systems: Vec<&str> =
+            chat.iter().filter(|m| m.role == unmask_engine::model::Role::System).map(|m| m.content.as_str()).collect();
         assert_eq!(systems, ["New."]);
     }
 }

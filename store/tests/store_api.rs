@@ -518,7 +518,10 @@ async fn rename_and_system_prompt_change_only_their_field() {
     assert_eq!((changed.title.as_str(), changed.system_prompt.as_deref()), ("Sums", Some("Be brief.")));
     let cleared = store.set_conversation_system_prompt(c.id, None).await.unwrap();
     assert_eq!(cleared.system_prompt, None);
-    assert!(matches!(store.rename_conversation(999, "x").await, Err(StoreError::NotFound { kind: "conversation", .. })));
+    assert!(matches!(
+        store.rename_conversation(999, "x").await,
+        Err(StoreError::NotFound { kind: "conversation", .. })
+    ));
     assert!(matches!(
         store.set_conversation_system_prompt(999, None).await,
         Err(StoreError::NotFound { kind: "conversation", .. })
