@@ -174,8 +174,10 @@ export type GenerateRequest = {
 	backend: BackendChoice,
 	/**  Regenerate/edit: this message and every later one are replaced. */
 	replaceFromMessageId: number | null,
-	/**  Saved as the conversation's system prompt before this turn (blank clears it); `None`
-	 *  keeps the stored one. A new conversation is created with it. */
+	/**
+	 *  Saved as the conversation's system prompt before this turn (blank clears it); `None`
+	 *  keeps the stored one. A new conversation is created with it.
+	 */
 	systemPrompt: string | null,
 };
 
