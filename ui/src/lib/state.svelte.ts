@@ -20,12 +20,33 @@ export const app = $state({
   /** Run shown in the profiler. */
   profileRunId: null as number | null,
   error: null as string | null,
+  /** Screen the error belongs to; null means the screen that is open. */
+  errorTab: null as Tab | null,
   loaded: false,
 });
 
-/** Shows an error banner with the command's message. */
-export function showError(e: unknown): void {
+/** Shows an error banner with the command's message on the screen where it happened (by default the open one). */
+export function showError(e: unknown, tab: Tab = app.tab): void {
   app.error = api.toApiError(e).message;
+  app.errorTab = tab;
+}
+
+/** Removes the error banner. */
+export function dismissError(): void {
+  app.error = null;
+  app.errorTab = null;
+}
+
+/** The error to show on a screen, if it belongs there. */
+export function errorOn(tab: Tab): string | null {
+  return app.error !== null && (app.errorTab ?? app.tab) === tab ? app.error : null;
+}
+
+/** Opens a screen; leaving the screen an error belongs to clears that error. */
+export function selectTab(tab: Tab): void {
+  if (tab === app.tab) return;
+  if (errorOn(app.tab) !== null) dismissError();
+  app.tab = tab;
 }
 
 /** Loads everything the screens need at start. */
@@ -90,5 +111,5 @@ export function applyPreset(p: Preset): void {
 /** Opens the profiler on a run. */
 export function openProfile(runId: number): void {
   app.profileRunId = runId;
-  app.tab = "profiler";
+  selectTab("profiler");
 }
