@@ -208,4 +208,20 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step ${total} / ${total}`);
     expect(errors).toEqual([]);
   });
+
+  it("keyboard focus is shown with a ring in both colour schemes", async () => {
+    const p = await freshPage();
+    for (const scheme of ["dark", "light"] as const) {
+      await p.emulateMedia({ colorScheme: scheme });
+      await p.keyboard.press("Tab");
+      const ring = await p.evaluate(() => {
+        const e = document.activeElement as HTMLElement;
+        const cs = getComputedStyle(e);
+        return { tag: e.tagName, style: cs.outlineStyle, width: parseFloat(cs.outlineWidth) };
+      });
+      expect(ring).toMatchObject({ tag: "BUTTON", style: "solid" });
+      expect(ring.width).toBeGreaterThanOrEqual(2);
+    }
+    expect(errors).toEqual([]);
+  });
 });
