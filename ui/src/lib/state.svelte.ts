@@ -20,26 +20,32 @@ export const app = $state({
   /** Run shown in the profiler. */
   profileRunId: null as number | null,
   error: null as string | null,
-  /** Screen the error belongs to; null means the screen that is open. */
-  errorTab: null as Tab | null,
+  /**
+   * Screen an error from showError belongs to, with its message so that a message assigned to `error`
+   * directly is not routed by a stale entry; such an error belongs to the open screen.
+   */
+  errorScreen: null as { tab: Tab; message: string } | null,
   loaded: false,
 });
 
 /** Shows an error banner with the command's message on the screen where it happened (by default the open one). */
 export function showError(e: unknown, tab: Tab = app.tab): void {
-  app.error = api.toApiError(e).message;
-  app.errorTab = tab;
+  const message = api.toApiError(e).message;
+  app.error = message;
+  app.errorScreen = { tab, message };
 }
 
 /** Removes the error banner. */
 export function dismissError(): void {
   app.error = null;
-  app.errorTab = null;
+  app.errorScreen = null;
 }
 
 /** The error to show on a screen, if it belongs there. */
 export function errorOn(tab: Tab): string | null {
-  return app.error !== null && (app.errorTab ?? app.tab) === tab ? app.error : null;
+  if (app.error === null) return null;
+  const owner = app.errorScreen?.message === app.error ? app.errorScreen.tab : app.tab;
+  return owner === tab ? app.error : null;
 }
 
 /** Opens a screen; leaving the screen an error belongs to clears that error. */

@@ -10,7 +10,7 @@ describe("error banners belong to a screen", () => {
   it("shows an error on the screen where it happened and clears it when the user leaves that screen", () => {
     selectTab("models");
     showError({ kind: "notFound", message: "no model at /x" });
-    expect(app.errorTab).toBe("models");
+    expect(app.errorScreen).toEqual({ tab: "models", message: "no model at /x" });
     expect(errorOn("models")).toBe("no model at /x");
     expect(errorOn("chat")).toBeNull();
     selectTab("chat");
@@ -41,6 +41,10 @@ describe("error banners belong to a screen", () => {
   });
 
   it("an error set directly (no screen recorded) shows on the open screen and is cleared on leaving it", () => {
+    selectTab("models");
+    showError("old");
+    app.error = null;
+    selectTab("chat");
     app.error = "generation failed";
     expect(errorOn("chat")).toBe("generation failed");
     selectTab("models");
