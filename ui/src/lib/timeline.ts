@@ -266,3 +266,15 @@ export function counterInfo(name: string, unit: string): CounterInfo {
   const label = words === "" ? name : words[0].toUpperCase() + words.slice(1);
   return { label, unit: u, note: "" };
 }
+
+/**
+ * Axis label of tick `t` with as many decimals as the tick `step` needs, in the unit that suits
+ * the largest time `end` on the axis, so neighbouring ticks never read the same ("23.72 ms").
+ */
+export function tickLabel(t: number, step: number, end: number): string {
+  const units: [number, string][] = [[1, "s"], [1e-3, "ms"], [1e-6, "µs"], [1e-9, "ns"]];
+  const [scale, name] = units.find(([s]) => Math.abs(end) >= s) ?? units[units.length - 1];
+  const decimals = step > 0 ? Math.min(6, Math.max(0, Math.ceil(-Math.log10(step / scale) - 1e-9))) : 0;
+  const v = t / scale;
+  return `${(Math.abs(v) < 0.5 * 10 ** -decimals ? 0 : v).toFixed(decimals)} ${name}`;
+}

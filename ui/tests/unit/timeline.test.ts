@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { clampView, counterInfo, explicitLanes, fullView, MIN_SPAN_FRACTION, moveSelection, nestSlices, pan, pickSlice, rowIndex, rowKey,
-  solidPoints, solidSlices, ticks, timeToX, unionView, visible, zoomAt } from "../../src/lib/timeline";
+  solidPoints, solidSlices, tickLabel, ticks, timeToX, unionView, visible, zoomAt } from "../../src/lib/timeline";
 
 const bounds = { start: 0, end: 10 };
 
@@ -166,5 +166,20 @@ describe("recorded vNPU timeline", () => {
         }
       }
     }
+  });
+});
+
+describe("tick labels", () => {
+  it("use enough decimals that neighbouring ticks differ", () => {
+    const v = { start: 0.02365, end: 0.02402 };
+    const ts = ticks(v, 12);
+    const step = ts[1] - ts[0];
+    const labels = ts.map((t) => tickLabel(t, step, v.end));
+    expect(new Set(labels).size).toBe(labels.length);
+    expect(labels[0]).toMatch(/^23\.\d+ ms$/);
+    expect(tickLabel(0, 0.005, 0.0476)).toBe("0 ms");
+    expect(tickLabel(0.045, 0.005, 0.0476)).toBe("45 ms");
+    expect(tickLabel(2.5, 0.5, 10)).toBe("2.5 s");
+    expect(tickLabel(3e-6, 1e-6, 8e-6)).toBe("3 µs");
   });
 });
