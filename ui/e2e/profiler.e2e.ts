@@ -276,7 +276,7 @@ describe("compare", () => {
       r.querySelector("th")?.textContent ?? "", ...[...r.querySelectorAll("td")].map((td) => td.textContent ?? "")]));
     const row = (label: string) => ratios.find((r) => r[0].startsWith(label));
     const timeRatio = row("latency ÷ first")?.[2];
-    if (kind(a) !== kind(b)) expect(timeRatio).toBe("–");
+    if (kind(a) !== kind(b)) expect(timeRatio).toBe(`– (${kind(b)} vs ${kind(a)})`);
     else expect(timeRatio).toMatch(/×$/);
     if (a.forwards && b.forwards) expect(row("forwards ÷ first")?.[2]).toBe(`${(b.forwards / a.forwards).toFixed(2)}×`);
     if (a.wallS && b.wallS) expect(row("wall ÷ first")?.[2]).toBe(`${(b.wallS / a.wallS).toFixed(2)}×`);
