@@ -213,6 +213,9 @@ describe("profiler", () => {
       if (!svgBox || !outer) throw new Error("no timeline box");
       expect(svgBox.x + svgBox.width).toBeLessThanOrEqual(outer.x + outer.width + 0.5);
       expect(svgBox.width).toBeLessThanOrEqual(phone.width);
+      // Drawn at its real pixel width (not a 900 px drawing scaled down), so labels keep their size.
+      const drawn = Number(await p.getByTestId("timeline-svg").getAttribute("width"));
+      expect(Math.abs(drawn - svgBox.width)).toBeLessThanOrEqual(1);
       // The step table is wider than the phone but scrolls inside its own box.
       const table = await p.getByTestId("step-table-box").evaluate((e) => ({ sw: e.scrollWidth, cw: e.clientWidth,
         right: e.getBoundingClientRect().right }));
