@@ -175,8 +175,9 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("run-picker").waitFor();
     const label = await p.locator("[data-testid=run-picker] option", { hasText: run.detail.summary.backend }).first().getAttribute("value");
     await p.getByTestId("run-picker").selectOption(label ?? "");
-    await expect.poll(() => p.getByTestId("lane").count()).toBe(tl.lanes.length);
-    const kinds = await p.$$eval("[data-testid=lane]", (els) => els.map((e) => e.getAttribute("data-lane-kind")));
+    // Lanes the run has (a simulated run also shows empty NPU/CPU/DMA lanes, marked data-empty).
+    await expect.poll(() => p.locator("[data-testid=lane]:not([data-empty])").count()).toBe(tl.lanes.length);
+    const kinds = await p.$$eval("[data-testid=lane]:not([data-empty])", (els) => els.map((e) => e.getAttribute("data-lane-kind")));
     expect(kinds).toEqual(tl.lanes.map((l) => l.kind));
     expect(await p.getByTestId("slice").count()).toBe(tl.events.filter((e) => tl.lanes.some((l) => l.id === e.lane)).length);
     expect(await p.getByTestId("time-kind").textContent()).toContain(tl.simulated ? "simulated" : "measured");
@@ -282,7 +283,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => cols.count()).toBe(2);
     const outputs = await p.getByTestId("compare-output").allTextContents();
     expect(outputs.sort()).toEqual(fixtures.slice(0, 2).map((f) => f.run.detail.summary.output).sort());
-    expect(await p.locator("[data-testid=compare-col] [data-testid=timeline]").count())
+    expect(await p.locator("[data-testid=compare-timelines] [data-testid=timeline]").count())
       .toBe(fixtures.slice(0, 2).filter((f) => f.run.detail.timeline).length);
     await shot(p, "compare");
 

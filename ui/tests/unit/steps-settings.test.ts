@@ -17,11 +17,14 @@ describe("per-step summaries", () => {
   it("derives committed per step, revisions and window size", () => {
     const rows = stepSummaries(frames);
     expect(rows.map((r) => r.committed)).toEqual([2, 1]);
-    expect(rows.map((r) => r.revised)).toEqual([0, 2]);
+    // Position 5 was committed and is masked again; 7 is a first commit whatever its flag says.
+    expect(rows.map((r) => r.revised)).toEqual([0, 1]);
     expect(rows.map((r) => r.windowSize)).toEqual([8, 8]);
-    expect(stepTotals(rows)).toEqual({ steps: 2, wallS: 0.75, simulatedS: 0.1, forwardTokens: 20, committed: 3 });
+    expect(stepTotals(rows)).toEqual({ steps: 2, wallS: 0.75, simulatedS: 0.1, forwardTokens: 20, committed: 3,
+      revised: 1, drafts: 0 });
     expect(stepTotals([]).simulatedS).toBeNull();
   });
+
 });
 
 describe("settings form values", () => {
