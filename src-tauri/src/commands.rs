@@ -136,6 +136,31 @@ pub async fn delete_conversation(state: St<'_>, id: i64) -> Result<(), AppError>
     state.delete_conversation(id).await
 }
 
+/// Renames a conversation.
+#[tauri::command]
+#[specta::specta]
+pub async fn rename_conversation(state: St<'_>, id: i64, title: String) -> Result<Conversation, AppError> {
+    state.rename_conversation(id, &title).await
+}
+
+/// Sets or clears the system prompt of a conversation.
+#[tauri::command]
+#[specta::specta]
+pub async fn set_system_prompt(
+    state: St<'_>,
+    id: i64,
+    system_prompt: Option<String>,
+) -> Result<Conversation, AppError> {
+    state.set_system_prompt(id, system_prompt.as_deref()).await
+}
+
+/// Conversations whose title or messages contain `query`, newest first.
+#[tauri::command]
+#[specta::specta]
+pub async fn search_conversations(state: St<'_>, query: String) -> Result<Vec<Conversation>, AppError> {
+    state.search_conversations(&query).await
+}
+
 /// One chat turn, streamed through `on_event`; resolves when the run ends.
 #[tauri::command]
 #[specta::specta]

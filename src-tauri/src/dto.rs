@@ -360,6 +360,8 @@ pub struct Conversation {
     pub title: String,
     pub model_id: Option<i64>,
     pub updated_ms: i64,
+    /// Sent to the model as the chat template's system turn; `None` when the conversation has none.
+    pub system_prompt: Option<String>,
 }
 
 /// A conversation with its messages.
@@ -482,6 +484,9 @@ pub struct GenerateRequest {
     pub backend: BackendChoice,
     /// Regenerate/edit: this message and every later one are replaced.
     pub replace_from_message_id: Option<i64>,
+    /// Saved as the conversation's system prompt before this turn (blank clears it); `None`
+    /// keeps the stored one. A new conversation is created with it.
+    pub system_prompt: Option<String>,
 }
 
 /// Streamed while a generation runs.

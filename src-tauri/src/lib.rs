@@ -6,6 +6,7 @@ pub mod backends;
 pub mod batcher;
 pub mod bindings;
 pub mod commands;
+pub mod conversations;
 pub mod downloads;
 pub mod dto;
 pub mod error;

@@ -180,8 +180,14 @@ impl AppState {
     }
 }
 
-fn conversation_view(c: &unmask_store::Conversation) -> Conversation {
-    Conversation { id: c.id, title: c.title.clone(), model_id: c.model_id, updated_ms: c.updated_at }
+pub(crate) fn conversation_view(c: &unmask_store::Conversation) -> Conversation {
+    Conversation {
+        id: c.id,
+        title: c.title.clone(),
+        model_id: c.model_id,
+        updated_ms: c.updated_at,
+        system_prompt: c.system_prompt.clone(),
+    }
 }
 
 #[cfg(test)]

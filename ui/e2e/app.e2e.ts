@@ -131,7 +131,9 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     // Copy gives feedback; deleting the conversation empties the list and the view.
     await p.getByTestId("msg-assistant").first().getByTestId("copy").click();
     await expect.poll(() => p.getByTestId("msg-assistant").first().getByTestId("copy").textContent()).toBe("Copied");
+    await p.getByTestId("conversation-actions").click();
     await p.getByTestId("delete-conversation").click();
+    await p.getByTestId("confirm-delete-conversation").click();
     await expect.poll(() => p.locator("[data-testid=conversations] li button.link").count()).toBe(0);
     expect(await p.getByTestId("msg-user").count()).toBe(0);
     expect(errors).toEqual([]);

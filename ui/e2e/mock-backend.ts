@@ -59,6 +59,18 @@ class Sender {
 function appError(kind: string, message: string) {
   return { kind, message };
 }
+/** As the app names a new conversation: its first non-empty line, at most 48 characters. */
+function titleFrom(prompt: string): string {
+  const line = prompt.split("\n").find((l) => l.trim() !== "")?.trim() ?? "New chat";
+  const chars = [...line];
+  return chars.length > 48 ? chars.slice(0, 48).join("") + "…" : line;
+}
+const blankToNull = (s: string | null) => (s === null || s.trim() === "" ? null : s.trim());
+function conversation(id: unknown) {
+  const c = conversations.get(id as number);
+  if (!c) throw appError("notFound", `conversation ${id} not found`);
+  return c;
+}
 
 const isVnpu = (r: RecordedRun) => r.request.backend.kind === "vnpu";
 function fixtureFor(backend: BackendChoice, settings: DecodeSettings): RecordedRun {
@@ -119,9 +131,12 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
   let conv = request.conversationId !== null ? conversations.get(request.conversationId) : undefined;
   if (!conv) {
     const id = nextId++;
-    conv = { c: { id, title: request.prompt.slice(0, 32), modelId: request.modelId, updatedMs: now() }, messages: [] };
+    conv = { c: { id, title: titleFrom(request.prompt), modelId: request.modelId, updatedMs: now(), systemPrompt: null },
+      messages: [] };
     conversations.set(id, conv);
   }
+  // As the app: a given system prompt is saved with the conversation (blank clears it).
+  if (request.systemPrompt != null) conv.c.systemPrompt = blankToNull(request.systemPrompt);
   if (request.replaceFromMessageId !== null) {
     const i = conv.messages.findIndex((m) => m.id === request.replaceFromMessageId);
     if (i >= 0) conv.messages.splice(i);
@@ -250,6 +265,25 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       return { conversation: c.c, messages: c.messages.map((m) => ({ ...m })) };
     }
     case "delete_conversation": conversations.delete(a.id as number); return null;
+    case "rename_conversation": {
+      const title = String(a.title).split(/\s+/).filter(Boolean).join(" ");
+      if (title === "") throw appError("invalid", "a conversation title cannot be empty");
+      const c = conversation(a.id);
+      c.c = { ...c.c, title, updatedMs: now() };
+      return { ...c.c };
+    }
+    case "set_system_prompt": {
+      const c = conversation(a.id);
+      c.c = { ...c.c, systemPrompt: blankToNull(a.systemPrompt as string | null), updatedMs: now() };
+      return { ...c.c };
+    }
+    case "search_conversations": {
+      // The store's rule: title or any message contains the text, ASCII case-insensitive.
+      const q = String(a.query).trim().toLowerCase();
+      return [...conversations.values()]
+        .filter((x) => q === "" || x.c.title.toLowerCase().includes(q) || x.messages.some((m) => m.content.toLowerCase().includes(q)))
+        .map((x) => x.c).sort((x, y) => y.updatedMs - x.updatedMs);
+    }
     case "generate": return generate(a.request as GenerateRequest, new Sender(a.onEvent as Chan));
     case "stop_generation": { const f = running.get(a.runId as number); if (f) f.stop = true; return null; }
     case "list_runs": return [...runs.values()].map((r) => r.summary).reverse().slice(0, a.limit as number);

@@ -95,6 +95,14 @@ export const listConversations = () => call<Conversation[]>("list_conversations"
 export const getConversation = (id: number) => call<ConversationDetail>("get_conversation", { id });
 /** Deletes a conversation. */
 export const deleteConversation = (id: number) => call<null>("delete_conversation", { id });
+/** Gives a conversation a new title. */
+export const renameConversation = (id: number, title: string) =>
+  call<Conversation>("rename_conversation", { id, title });
+/** Sets (blank or null: clears) the system prompt of a conversation. */
+export const setSystemPrompt = (id: number, systemPrompt: string | null) =>
+  call<Conversation>("set_system_prompt", { id, systemPrompt });
+/** Conversations whose title or messages contain `query`, newest first. */
+export const searchConversations = (query: string) => call<Conversation[]>("search_conversations", { query });
 
 /** Runs a generation; events stream to `onEvent`; resolves with the final summary. */
 export function generate(request: GenerateRequest, onEvent: (e: GenerateEvent) => void): Promise<RunSummary> {

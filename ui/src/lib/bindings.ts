@@ -39,6 +39,12 @@ export const commands = {
 	getConversation: (id: number) => typedError<ConversationDetail, AppError>(__TAURI_INVOKE("get_conversation", { id })),
 	/**  Deletes a conversation. */
 	deleteConversation: (id: number) => typedError<null, AppError>(__TAURI_INVOKE("delete_conversation", { id })),
+	/**  Renames a conversation. */
+	renameConversation: (id: number, title: string) => typedError<Conversation, AppError>(__TAURI_INVOKE("rename_conversation", { id, title })),
+	/**  Sets or clears the system prompt of a conversation. */
+	setSystemPrompt: (id: number, systemPrompt: string | null) => typedError<Conversation, AppError>(__TAURI_INVOKE("set_system_prompt", { id, systemPrompt })),
+	/**  Conversations whose title or messages contain `query`, newest first. */
+	searchConversations: (query: string) => typedError<Conversation[], AppError>(__TAURI_INVOKE("search_conversations", { query })),
 	/**  One chat turn, streamed through `on_event`; resolves when the run ends. */
 	generate: (request: GenerateRequest, onEvent: Channel<GenerateEvent>) => typedError<RunSummary, AppError>(__TAURI_INVOKE("generate", { request, onEvent })),
 	/**  Stops a running generation. */
@@ -94,6 +100,8 @@ export type Conversation = {
 	title: string,
 	modelId: number | null,
 	updatedMs: number,
+	/**  Sent to the model as the chat template's system turn; `None` when the conversation has none. */
+	systemPrompt: string | null,
 };
 
 /**  A conversation with its messages. */
@@ -166,6 +174,11 @@ export type GenerateRequest = {
 	backend: BackendChoice,
 	/**  Regenerate/edit: this message and every later one are replaced. */
 	replaceFromMessageId: number | null,
+	/**
+	 *  Saved as the conversation's system prompt before this turn (blank clears it); `None`
+	 *  keeps the stored one. A new conversation is created with it.
+	 */
+	systemPrompt: string | null,
 };
 
 /**  Kind of a timeline lane. */

@@ -89,7 +89,14 @@ export type Message = {
   createdMs: number;
 };
 /** A conversation in the list. */
-export type Conversation = { id: number; title: string; modelId: number | null; updatedMs: number };
+export type Conversation = {
+  id: number;
+  title: string;
+  modelId: number | null;
+  updatedMs: number;
+  /** The chat template's system turn for this conversation; null when it has none. */
+  systemPrompt: string | null;
+};
 /** A conversation with its messages. */
 export type ConversationDetail = { conversation: Conversation; messages: Message[] };
 /** Status of a run. */
@@ -142,6 +149,8 @@ export type GenerateRequest = {
   settings: DecodeSettings;
   backend: BackendChoice;
   replaceFromMessageId: number | null;
+  /** Saved as the conversation's system prompt before this turn (blank clears it); null keeps it. */
+  systemPrompt: string | null;
 };
 /** Streamed over the `generate` channel. */
 export type GenerateEvent =
