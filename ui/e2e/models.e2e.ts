@@ -246,12 +246,13 @@ describe("model manager", () => {
     await p.getByTestId("dl-repo").fill("GSAI-ML/LLaDA-8B-Instruct");
     await p.getByTestId("download").click();
     await p.getByTestId("download-row").first().waitFor();
-    expect(await p.getByTestId("model-row").first().evaluate((e) => getComputedStyle(e).display)).toBe("block");
+    expect(await p.getByTestId("model-row").first().evaluate((e) => getComputedStyle(e).display)).toBe("grid");
     const table = await p.getByTestId("model-table").boundingBox();
     expect(table!.width).toBeLessThanOrEqual(PHONE.width);
     expect(await overflow(p)).toBeLessThanOrEqual(0);
     expect(await smallTargets(p, ".models")).toEqual([]);
     expect(await unlabelled(p, ".models")).toEqual([]);
+    await p.evaluate(() => window.scrollTo(0, 0));
     await shot(p, "models-phone");
     await p.getByTestId("model-row").first().getByTestId("model-runs").click();
     await p.getByTestId("model-run-table").waitFor();
