@@ -227,7 +227,8 @@ mod tests {
 
     #[test]
     fn choice_takes_a_revision_and_one_gguf_file() {
-        let r = DownloadChoice { revision: Some("v1.0"), file: Some("gguf/m-Q4_K.gguf") }.request("o/m").expect("request");
+        let r =
+            DownloadChoice { revision: Some("v1.0"), file: Some("gguf/m-Q4_K.gguf") }.request("o/m").expect("request");
         assert_eq!(r.revision, "v1.0");
         let files = r.files.expect("one file");
         assert_eq!(files.len(), 1);
@@ -236,7 +237,9 @@ mod tests {
 
     #[test]
     fn choice_refuses_other_files_and_path_like_revisions() {
-        let err = DownloadChoice { file: Some("model.safetensors"), ..Default::default() }.request("o/m").expect_err("not gguf");
+        let err = DownloadChoice { file: Some("model.safetensors"), ..Default::default() }
+            .request("o/m")
+            .expect_err("not gguf");
         assert!(err.message.contains(".gguf"), "{}", err.message);
         assert!(DownloadChoice { file: Some("../x.gguf"), ..Default::default() }.request("o/m").is_err());
         assert!(DownloadChoice { revision: Some("a/b"), ..Default::default() }.request("o/m").is_err());

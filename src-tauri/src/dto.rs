@@ -525,12 +525,12 @@ pub enum GenerateEvent {
     },
 }
 
-/// Streamed while a download runs.
+/// Streamed while a download runs. Progress carries the bytes of the whole download (its total
+/// is unknown for an HF-layout model, whose file list is discovered on the way) and of the
+/// current file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum DownloadEvent {
-    /// `bytes` / `total_bytes` of the whole download (the total is unknown for an HF-layout
-    /// model until its file list is known), `file_bytes` / `file_total_bytes` of the current file.
     Progress {
         download_id: u32,
         file: String,
@@ -539,11 +539,23 @@ pub enum DownloadEvent {
         file_bytes: u64,
         file_total_bytes: Option<u64>,
     },
-    Paused { download_id: u32 },
-    Resumed { download_id: u32 },
-    Finished { download_id: u32, model: ModelEntry },
-    Failed { download_id: u32, message: String },
-    Cancelled { download_id: u32 },
+    Paused {
+        download_id: u32,
+    },
+    Resumed {
+        download_id: u32,
+    },
+    Finished {
+        download_id: u32,
+        model: ModelEntry,
+    },
+    Failed {
+        download_id: u32,
+        message: String,
+    },
+    Cancelled {
+        download_id: u32,
+    },
 }
 
 /// About this installation.

@@ -259,7 +259,12 @@ mod tests {
     #[test]
     fn weights_are_the_weight_files() {
         let f = |p: &str, n: u64| ModelFile { rel_path: p.into(), size_bytes: n, sha256: String::new() };
-        let files = [f("config.json", 1), f("model-00001.safetensors", 10), f("model-00002.safetensors", 20), f("tokenizer.json", 5)];
+        let files = [
+            f("config.json", 1),
+            f("model-00001.safetensors", 10),
+            f("model-00002.safetensors", 20),
+            f("tokenizer.json", 5),
+        ];
         assert_eq!(weights_bytes(&files, 36), 30);
         assert_eq!(weights_bytes(&[f("m.Q4_K.gguf", 7)], 7), 7);
         assert_eq!(weights_bytes(&[], 99), 99, "no file list: the model's size");
