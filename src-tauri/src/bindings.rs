@@ -20,6 +20,7 @@ pub fn builder<R: tauri::Runtime>() -> Builder<R> {
             delete_model,
             model_runs,
             start_download,
+            test_picked_path,
             pause_download,
             resume_download,
             cancel_download,

@@ -224,6 +224,8 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await tab(p, "models");
     const rows = p.getByTestId("model-row");
     await expect.poll(() => rows.count()).toBe(1);
+    // The typed path is the advanced fallback beside the file picker.
+    await p.locator("[data-testid=import-advanced] summary").click();
     await p.getByTestId("import-path").fill("/data/models/LLaDA-8B-Instruct-Q4_K.gguf");
     await p.getByTestId("import").click();
     await expect.poll(() => rows.count()).toBe(2);
@@ -265,6 +267,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const rows = p.getByTestId("model-row");
     await expect.poll(() => rows.count()).toBe(1);
     expect(await rows.first().getByTestId("moe-calibration").count()).toBe(0);
+    await p.locator("[data-testid=import-advanced] summary").click();
     await p.getByTestId("import-path").fill("/data/models/LLaDA-MoE-7B-A1B-Instruct-Q4_K.gguf");
     await p.getByTestId("import").click();
     await expect.poll(() => rows.count()).toBe(2);
@@ -302,9 +305,10 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const p = await freshPage();
     await tab(p, "settings");
     const settings = p.getByTestId("setting");
-    await expect.poll(() => settings.count()).toBe(12);
-    const explanations = await p.$$eval("[data-testid=setting] p", (els) => els.map((e) => e.textContent ?? ""));
-    expect(explanations).toHaveLength(12);
+    // The embedded LLaDA model: the Dream-only and MoE-only settings are not shown.
+    await expect.poll(() => settings.count()).toBe(11);
+    const explanations = await p.$$eval("[data-testid=setting] p.help", (els) => els.map((e) => e.textContent ?? ""));
+    expect(explanations).toHaveLength(11);
     expect(explanations.every((t) => /\w{3,}.*Default /.test(t))).toBe(true);
     await p.locator("#set-steps").fill("4");
     await p.locator("#set-steps").dispatchEvent("change");
