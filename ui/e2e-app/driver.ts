@@ -58,11 +58,12 @@ export async function launchApp(): Promise<RealApp> {
     stdio: ["ignore", "pipe", "pipe"],
   });
   child.stdout?.on("data", (d) => (log += String(d)));
-  child.stderr?.on("data", (d) => (log += String(d)));
+  child.stderr?.on("data", (d) => { log += String(d); if (process.env.UNMASK_APP_E2E_VERBOSE) process.stderr.write(`tauri-driver: ${d}`); });
   await waitForPort(port, 30_000, child);
   const caps = new Capabilities();
   caps.set("tauri:options", { application });
   caps.setBrowserName("wry");
+  console.error("tauri-driver up on", port, nativePort);
   const driver = await new Builder().withCapabilities(caps).usingServer(`http://127.0.0.1:${port}/`).build();
   return {
     driver,
