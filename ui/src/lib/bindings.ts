@@ -253,6 +253,7 @@ export type RunSummary = {
 	simulatedS: number | null,
 	energyJ: number | null,
 	steps: number,
+	answerTokens: number | null,
 };
 
 /**  One decoding parameter with its explanation, for the settings editor. */
@@ -295,6 +296,7 @@ export type TokenView = {
 	confidence: number,
 	speculative: boolean,
 	revised: boolean,
+	end: boolean,
 };
 
 /* Tauri Specta runtime */

@@ -4,7 +4,7 @@ import { stepSummaries, stepTotals } from "../../src/lib/steps";
 import { changedKeys, defaultSettings, parseSetting } from "../../src/lib/settings";
 
 const tok = (pos: number, state: "masked" | "visible" | "stable", revised = false) => ({
-  pos, token: 1, text: "x", state, confidence: 0.5, speculative: false, revised,
+  pos, token: 1, text: "x", state, confidence: 0.5, speculative: false, revised, end: false,
 });
 
 describe("per-step summaries", () => {
