@@ -207,7 +207,10 @@ impl AppState {
                 let answer_tokens = (trim_at_stop(&tokens, &stop).len() + 1).min(tokens.len());
                 let outcome = RunOutcome {
                     output: text_of(&tokens),
-                    metrics: unmask_store::RunMetrics { answer_tokens: Some(answer_tokens as u64), ..Default::default() },
+                    metrics: unmask_store::RunMetrics {
+                        answer_tokens: Some(answer_tokens as u64),
+                        ..Default::default()
+                    },
                     output_tokens: tokens,
                     stop_reason: Some("caller_stopped".into()),
                 };

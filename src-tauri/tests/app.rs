@@ -105,7 +105,8 @@ async fn generate_streams_frames_records_the_run_and_survives_a_reopen() {
         for c in frames.iter().flat_map(|f| &f.changes) {
             last.insert(c.pos, c.clone());
         }
-        let first_end = last.values().find(|c| c.end).map(|c| c.pos - prompt_tokens).expect("the answer ends in padding");
+        let first_end =
+            last.values().find(|c| c.end).map(|c| c.pos - prompt_tokens).expect("the answer ends in padding");
         assert!((0..first_end).all(|i| last.get(&(prompt_tokens + i)).is_some_and(|c| c.state != TokenState::Masked)));
         assert_eq!(summary.answer_tokens, Some(first_end + 1), "{summary:?}");
         let detail = state.get_conversation(conv_id).await.expect("conversation");
