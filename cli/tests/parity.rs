@@ -40,6 +40,7 @@ async fn app_run(state: &AppState, prompt: &str, backend: BackendChoice) -> i64 
         settings,
         backend,
         replace_from_message_id: None,
+        system_prompt: None,
     };
     state.generate(req, Arc::new(CollectSink::default())).await.expect("app generate").id
 }

@@ -48,17 +48,37 @@ pub async fn model_runs(state: St<'_>, id: i64) -> Result<Vec<RunSummary>, AppEr
     state.model_runs(id).await
 }
 
-/// Starts a download; returns its id.
+/// Starts a download of `repo` at `revision` (null = `main`): the whole model, or only `file`
+/// (one `.gguf` of the repository); returns its id.
 #[tauri::command]
 #[specta::specta]
 pub async fn start_download(
     state: St<'_>,
     base_url: String,
     repo: String,
+    revision: Option<String>,
+    file: Option<String>,
     name: Option<String>,
     on_event: Channel<DownloadEvent>,
 ) -> Result<u32, AppError> {
-    state.inner().start_download(&base_url, &repo, name.as_deref(), Arc::new(on_event)).await
+    let choice = crate::downloads::DownloadChoice { revision: revision.as_deref(), file: file.as_deref() };
+    state.inner().start_download(&base_url, &repo, &choice, name.as_deref(), Arc::new(on_event)).await
+}
+
+/// Environment variable that, in debug builds, supplies the path a file picker would return
+/// (native dialogs cannot be driven over WebDriver).
+pub const TEST_PICK_ENV: &str = "UNMASK_E2E_PICK";
+
+/// Debug builds: the path in `UNMASK_E2E_PICK`, which the UI takes instead of opening the
+/// native picker. Release builds: always null.
+#[tauri::command]
+#[specta::specta]
+pub async fn test_picked_path() -> Result<Option<String>, AppError> {
+    if cfg!(debug_assertions) {
+        Ok(std::env::var(TEST_PICK_ENV).ok().filter(|p| !p.is_empty()))
+    } else {
+        Ok(None)
+    }
 }
 
 /// Pauses a download (partial files kept).
@@ -134,6 +154,31 @@ pub async fn get_conversation(state: St<'_>, id: i64) -> Result<ConversationDeta
 #[specta::specta]
 pub async fn delete_conversation(state: St<'_>, id: i64) -> Result<(), AppError> {
     state.delete_conversation(id).await
+}
+
+/// Renames a conversation.
+#[tauri::command]
+#[specta::specta]
+pub async fn rename_conversation(state: St<'_>, id: i64, title: String) -> Result<Conversation, AppError> {
+    state.rename_conversation(id, &title).await
+}
+
+/// Sets or clears the system prompt of a conversation.
+#[tauri::command]
+#[specta::specta]
+pub async fn set_system_prompt(
+    state: St<'_>,
+    id: i64,
+    system_prompt: Option<String>,
+) -> Result<Conversation, AppError> {
+    state.set_system_prompt(id, system_prompt.as_deref()).await
+}
+
+/// Conversations whose title or messages contain `query`, newest first.
+#[tauri::command]
+#[specta::specta]
+pub async fn search_conversations(state: St<'_>, query: String) -> Result<Vec<Conversation>, AppError> {
+    state.search_conversations(&query).await
 }
 
 /// One chat turn, streamed through `on_event`; resolves when the run ends.

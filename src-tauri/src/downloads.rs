@@ -16,8 +16,8 @@ use crate::state::AppState;
 /// Shared sink of a download's events.
 pub type DownloadSink = Arc<dyn EventSink<DownloadEvent>>;
 
-/// Revision downloaded from the hub.
-const REVISION: &str = "main";
+/// Revision downloaded when none is given.
+pub const DEFAULT_REVISION: &str = "main";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
@@ -36,6 +36,38 @@ struct Job {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// What to fetch from a repository: which revision, and the whole model or one GGUF file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DownloadChoice<'a> {
+    /// Branch, tag or commit; `None` or empty = `main`.
+    pub revision: Option<&'a str>,
+    /// One `.gguf` file of the repository; `None` or empty = the whole HF-layout model.
+    pub file: Option<&'a str>,
+}
+
+impl DownloadChoice<'_> {
+    /// The store's request for `repo`. Errors: a file that is not a `.gguf`, unsafe names.
+    pub fn request(&self, repo: &str) -> AppResult<DownloadRequest> {
+        let revision = self.revision.map(str::trim).filter(|r| !r.is_empty()).unwrap_or(DEFAULT_REVISION);
+        // One path component: a branch, tag or commit, never a path out of the staging folder.
+        if revision.contains(['/', '\\']) || revision.starts_with('.') {
+            return Err(AppError::invalid(format!("`{revision}` is not a branch, tag or commit name")));
+        }
+        match self.file.map(str::trim).filter(|f| !f.is_empty()) {
+            None => Ok(DownloadRequest::hf(repo, revision)),
+            Some(file) => {
+                if !file.to_ascii_lowercase().ends_with(".gguf") {
+                    return Err(AppError::invalid(format!(
+                        "`{file}`: a single file must be a .gguf; leave it empty for the whole model"
+                    )));
+                }
+                unmask_store::safe_relative_path(file).map_err(AppError::from)?;
+                Ok(DownloadRequest::gguf(repo, revision, file))
+            }
+        }
+    }
+}
+
 /// Downloads of this session by id.
 #[derive(Default)]
 pub struct Downloads {
@@ -50,12 +82,14 @@ impl Downloads {
 }
 
 impl AppState {
-    /// Starts downloading `repo` from `base_url` (a Hugging Face compatible endpoint); events go
-    /// to `sink`. Returns the download id for pause / resume / cancel.
+    /// Starts downloading `repo` at `revision` (default `main`) from `base_url` (a Hugging Face
+    /// compatible endpoint): the whole HF-layout model, or only `file` (one `.gguf` of the
+    /// repository). Events go to `sink`. Returns the download id for pause / resume / cancel.
     pub async fn start_download(
         self: &Arc<Self>,
         base_url: &str,
         repo: &str,
+        choice: &DownloadChoice<'_>,
         name: Option<&str>,
         sink: DownloadSink,
     ) -> AppResult<u32> {
@@ -63,8 +97,9 @@ impl AppState {
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(AppError::invalid(format!("`{base_url}` is not an http(s) URL")));
         }
+        let repo = repo.trim();
         unmask_store::safe_relative_path(repo).map_err(AppError::from)?;
-        let mut request = DownloadRequest::hf(repo.trim(), REVISION);
+        let mut request = choice.request(repo)?;
         request.name = name.map(str::trim).filter(|n| !n.is_empty()).map(str::to_owned);
         let config = DownloadConfig { endpoint: base_url.to_owned(), ..DownloadConfig::default() };
         let id = self.downloads.next.fetch_add(1, Ordering::SeqCst) + 1;
@@ -84,8 +119,15 @@ impl AppState {
         let task = tokio::spawn(async move {
             let progress_sink = sink.clone();
             let mut on_event = move |ev: unmask_store::DownloadEvent| {
-                if let unmask_store::DownloadEvent::Progress { file, done, total, .. } = ev {
-                    let _ = progress_sink.send(DownloadEvent::Progress { download_id: id, file, bytes: done, total_bytes: total });
+                if let unmask_store::DownloadEvent::Progress { file, file_done, file_total, done, total } = ev {
+                    let _ = progress_sink.send(DownloadEvent::Progress {
+                        download_id: id,
+                        file,
+                        bytes: done,
+                        total_bytes: total,
+                        file_bytes: file_done,
+                        file_total_bytes: file_total,
+                    });
                 }
             };
             let result = me.store.download_model(&request, &config, &token, &mut on_event).await;
@@ -168,5 +210,39 @@ impl AppState {
         self.downloads.lock()?.remove(&id);
         let _ = sink.send(DownloadEvent::Cancelled { download_id: id });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choice_defaults_to_the_whole_model_at_main() {
+        let r = DownloadChoice::default().request("o/m").expect("request");
+        assert_eq!((r.revision.as_str(), r.files), ("main", None));
+        let r = DownloadChoice { revision: Some("  "), file: Some("") }.request("o/m").expect("request");
+        assert_eq!((r.revision.as_str(), r.files), ("main", None));
+    }
+
+    #[test]
+    fn choice_takes_a_revision_and_one_gguf_file() {
+        let r =
+            DownloadChoice { revision: Some("v1.0"), file: Some("gguf/m-Q4_K.gguf") }.request("o/m").expect("request");
+        assert_eq!(r.revision, "v1.0");
+        let files = r.files.expect("one file");
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, "gguf/m-Q4_K.gguf");
+    }
+
+    #[test]
+    fn choice_refuses_other_files_and_path_like_revisions() {
+        let err = DownloadChoice { file: Some("model.safetensors"), ..Default::default() }
+            .request("o/m")
+            .expect_err("not gguf");
+        assert!(err.message.contains(".gguf"), "{}", err.message);
+        assert!(DownloadChoice { file: Some("../x.gguf"), ..Default::default() }.request("o/m").is_err());
+        assert!(DownloadChoice { revision: Some("a/b"), ..Default::default() }.request("o/m").is_err());
+        assert!(DownloadChoice { revision: Some(".."), ..Default::default() }.request("o/m").is_err());
     }
 }

@@ -300,7 +300,14 @@ pub struct SettingInfo {
     #[specta(type = Option<i32>)]
     pub max: Option<f64>,
     pub options: Option<Vec<String>>,
+    /// The value when the setting is on; for an optional setting the value it starts at when
+    /// the user turns it on.
     pub default: Option<SettingValue>,
+    /// Model kinds it applies to (any of [`ModelEntry::kinds`]); null = every model.
+    pub applies_to: Option<Vec<String>>,
+    /// Optional settings (null = off / the model's default): the label of the switch that
+    /// turns it on; null for settings that always have a value.
+    pub toggle_label: Option<String>,
 }
 
 /// A model in the manager.
@@ -319,7 +326,19 @@ pub struct ModelEntry {
     pub added_ms: i64,
     pub used_ms: Option<i64>,
     pub embedded: bool,
+    /// Whether weights + K/V at the default settings fit the available memory (the UI
+    /// recomputes it for the current settings from the fields below).
     pub fits_memory: bool,
+    /// What the model is, for the settings that apply to it: `diffusion` or `autoregressive`,
+    /// `llada` (LLaDA-style scoring, CFG) or `dream`, and `moe` for mixture-of-experts models.
+    pub kinds: Vec<String>,
+    /// Bytes of the weight files (what decoding keeps in memory).
+    pub weights_bytes: u64,
+    /// K/V cache bytes per context token (layers x 2 x kv heads x head dim x bytes per element
+    /// as the engine stores K/V); 0 when the config could not be read.
+    pub kv_bytes_per_token: u64,
+    /// The model's context length in tokens (prompt + answer).
+    pub context_tokens: u32,
     pub run_count: u32,
     /// The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none.
     pub moe_calibration: Option<String>,
@@ -363,6 +382,8 @@ pub struct Conversation {
     pub title: String,
     pub model_id: Option<i64>,
     pub updated_ms: i64,
+    /// Sent to the model as the chat template's system turn; `None` when the conversation has none.
+    pub system_prompt: Option<String>,
 }
 
 /// A conversation with its messages.
@@ -488,6 +509,9 @@ pub struct GenerateRequest {
     pub backend: BackendChoice,
     /// Regenerate/edit: this message and every later one are replaced.
     pub replace_from_message_id: Option<i64>,
+    /// Saved as the conversation's system prompt before this turn (blank clears it); `None`
+    /// keeps the stored one. A new conversation is created with it.
+    pub system_prompt: Option<String>,
 }
 
 /// Streamed while a generation runs.
@@ -512,16 +536,37 @@ pub enum GenerateEvent {
     },
 }
 
-/// Streamed while a download runs.
+/// Streamed while a download runs. Progress carries the bytes of the whole download (its total
+/// is unknown for an HF-layout model, whose file list is discovered on the way) and of the
+/// current file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum DownloadEvent {
-    Progress { download_id: u32, file: String, bytes: u64, total_bytes: Option<u64> },
-    Paused { download_id: u32 },
-    Resumed { download_id: u32 },
-    Finished { download_id: u32, model: ModelEntry },
-    Failed { download_id: u32, message: String },
-    Cancelled { download_id: u32 },
+    Progress {
+        download_id: u32,
+        file: String,
+        bytes: u64,
+        total_bytes: Option<u64>,
+        file_bytes: u64,
+        file_total_bytes: Option<u64>,
+    },
+    Paused {
+        download_id: u32,
+    },
+    Resumed {
+        download_id: u32,
+    },
+    Finished {
+        download_id: u32,
+        model: ModelEntry,
+    },
+    Failed {
+        download_id: u32,
+        message: String,
+    },
+    Cancelled {
+        download_id: u32,
+    },
 }
 
 /// About this installation.
@@ -533,6 +578,8 @@ pub struct AppInfo {
     pub cpu: String,
     pub threads: u32,
     pub memory_bytes: u64,
+    /// Memory available to new allocations now (Linux `MemAvailable`); 0 when unknown.
+    pub available_memory_bytes: u64,
     pub default_model_id: Option<i64>,
     /// Virtual NPU device profile names.
     pub devices: Vec<String>,
@@ -582,11 +629,19 @@ mod tests {
             v,
             serde_json::json!({"kind": "started", "runId": 3, "conversationId": 4, "promptTokens": 5, "canvasLength": 6})
         );
-        let d = DownloadEvent::Progress { download_id: 1, file: "a".into(), bytes: 2, total_bytes: None };
+        let d = DownloadEvent::Progress {
+            download_id: 1,
+            file: "a".into(),
+            bytes: 2,
+            total_bytes: None,
+            file_bytes: 1,
+            file_total_bytes: Some(3),
+        };
         let v = serde_json::to_value(&d).expect("json");
         assert_eq!(
             v,
-            serde_json::json!({"kind": "progress", "downloadId": 1, "file": "a", "bytes": 2, "totalBytes": null})
+            serde_json::json!({"kind": "progress", "downloadId": 1, "file": "a", "bytes": 2, "totalBytes": null,
+                "fileBytes": 1, "fileTotalBytes": 3})
         );
     }
 

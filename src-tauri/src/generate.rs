@@ -15,6 +15,7 @@ use unmask_store::{recorded_outcome, MessageRole, ModelRecord, NewConversation, 
 
 use crate::backends::Loaded;
 use crate::batcher::FrameBatcher;
+use crate::conversations::clean_system_prompt;
 use crate::dto::{BackendChoice, FrameDelta, GenerateEvent, GenerateRequest, RunSummary, TokenView};
 use crate::error::{AppError, AppResult};
 use crate::runs::summary_of;
@@ -45,6 +46,20 @@ fn to_chat(m: &unmask_store::Message) -> ChatMessage {
     }
 }
 
+/// What the chat template renders for a turn: the conversation's system prompt as the template's
+/// system turn, the stored turns, the prompt. The conversation's prompt is the one the user sees
+/// and edits, so it replaces stored system messages (the app shows those nowhere).
+fn chat_turns(system_prompt: Option<&str>, history: &[unmask_store::Message], prompt: &str) -> Vec<ChatMessage> {
+    let mut chat = Vec::with_capacity(history.len() + 2);
+    if let Some(sp) = system_prompt {
+        chat.push(ChatMessage::system(sp));
+    }
+    let kept = history.iter().filter(|m| system_prompt.is_none() || m.role != MessageRole::System);
+    chat.extend(kept.map(to_chat));
+    chat.push(ChatMessage::user(prompt));
+    chat
+}
+
 impl AppState {
     /// One chat turn: appends the prompt to the conversation (a new one when none is given;
     /// with `replace_from_message_id` that message and all later ones are replaced first),
@@ -70,10 +85,24 @@ impl AppState {
         let settings = effective_settings(&loaded.transformer.config, &loaded.generation, &overrides);
         settings.validate()?;
 
+        let system_prompt = req.system_prompt.as_deref().map(|s| clean_system_prompt(Some(s)));
         let conv = match req.conversation_id {
-            Some(id) => self.store.get_conversation(id).await?,
+            Some(id) => {
+                let conv = self.store.get_conversation(id).await?;
+                match system_prompt {
+                    Some(sp) if sp != conv.system_prompt => {
+                        self.store.set_conversation_system_prompt(id, sp.as_deref()).await?
+                    }
+                    _ => conv,
+                }
+            }
             None => {
-                let new = NewConversation { title: title_from(&req.prompt), model_id: Some(model.id), ..Default::default() };
+                let new = NewConversation {
+                    title: title_from(&req.prompt),
+                    model_id: Some(model.id),
+                    system_prompt: system_prompt.flatten(),
+                    ..Default::default()
+                };
                 self.store.create_conversation(&new).await?
             }
         };
@@ -84,9 +113,9 @@ impl AppState {
             }
             self.store.truncate_conversation_at(mid).await?;
         }
-        let mut chat: Vec<ChatMessage> = self.store.messages(conv.id).await?.iter().map(to_chat).collect();
+        let history = self.store.messages(conv.id).await?;
         self.store.add_message(conv.id, MessageRole::User, &req.prompt, None).await?;
-        chat.push(ChatMessage::user(req.prompt.clone()));
+        let chat = chat_turns(conv.system_prompt.as_deref(), &history, &req.prompt);
         let text = loaded.template.render(&chat, true);
         let ids = loaded.tokenizer.encode(&text)?;
 
@@ -334,5 +363,42 @@ mod tests {
         assert_eq!(title_from("\n  What is 2+2?\nmore"), "What is 2+2?");
         let long = "x".repeat(60);
         assert_eq!(title_from(&long).chars().count(), 49);
+    }
+
+    fn stored(id: i64, role: MessageRole, content: &str) -> unmask_store::Message {
+        unmask_store::Message { id, conversation_id: 1, role, content: content.into(), run_id: None, created_at: 0 }
+    }
+
+    #[test]
+    fn the_system_prompt_is_the_templates_system_turn() {
+        use unmask_engine::model::ChatTemplate;
+        let history = [stored(1, MessageRole::User, "What is 2+2?"), stored(2, MessageRole::Assistant, "4")];
+        let chat = chat_turns(Some("Answer with a number."), &history, "And 3+3?");
+        let llada = ChatTemplate::Llada.render(&chat, true);
+        assert!(
+            llada.starts_with("<|startoftext|><|start_header_id|>system<|end_header_id|>\n\nAnswer with a number.<|eot_id|><|start_header_id|>user"),
+            "{llada}"
+        );
+        assert!(llada.ends_with("And 3+3?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"), "{llada}");
+        // ChatML's default system prompt gives way to the conversation's.
+        let chatml =
+            ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }.render(&chat, true);
+        assert!(
+            chatml.starts_with("<|im_start|>system\nAnswer with a number.<|im_end|>\n<|im_start|>user"),
+            "{chatml}"
+        );
+        assert!(!chatml.contains("helpful assistant"));
+        let moe = ChatTemplate::LladaMoe.render(&chat, true);
+        assert!(moe.starts_with("<role>SYSTEM</role>Answer with a number.<|role_end|><role>HUMAN</role>"), "{moe}");
+        // No system prompt: the template's own default stays.
+        let plain = chat_turns(None, &history, "And 3+3?");
+        assert_eq!(plain.len(), 3);
+        assert!(ChatTemplate::Llada.render(&plain, true).starts_with("<|startoftext|><|start_header_id|>user"));
+        // A stored system message gives way to the conversation's prompt, which the user sees.
+        let with_stored = [stored(1, MessageRole::System, "Old.")];
+        let chat = chat_turns(Some("New."), &with_stored, "Hi");
+        let systems: Vec<&str> =
+            chat.iter().filter(|m| m.role == unmask_engine::model::Role::System).map(|m| m.content.as_str()).collect();
+        assert_eq!(systems, ["New."]);
     }
 }

@@ -6,6 +6,7 @@ pub mod backends;
 pub mod batcher;
 pub mod bindings;
 pub mod commands;
+pub mod conversations;
 pub mod downloads;
 pub mod dto;
 pub mod error;
@@ -32,6 +33,8 @@ pub fn run() {
         .try_init();
     let specta = bindings::builder::<tauri::Wry>();
     let result = tauri::Builder::default()
+        // Native file/folder picker for model import.
+        .plugin(tauri_plugin_dialog::init())
         .invoke_handler(specta.invoke_handler())
         .setup(move |app| {
             specta.mount_events(app.handle());

@@ -4,33 +4,72 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use unmask_store::{ModelId, ModelRecord};
+use unmask_engine::model::config::ModelConfig;
+use unmask_store::{ModelFile, ModelId, ModelRecord};
 
 use crate::dto::{AppInfo, Conversation, ConversationDetail, Message, ModelEntry, Role, RunSummary};
 use crate::error::{AppError, AppResult};
 use crate::runs::MAX_LIST;
 use crate::state::AppState;
 
-/// Memory a model needs beyond its weights (activations, KV cache, the app itself), as a factor
-/// of its size, plus a fixed allowance.
-const MEMORY_FACTOR: f64 = 1.3;
-const MEMORY_OVERHEAD: u64 = 256 << 20;
+/// Allowance for the app itself and one forward's activations, beyond weights and K/V.
+pub const MEMORY_OVERHEAD: u64 = 256 << 20;
+/// Prompt tokens (conversation so far) the default memory estimate reserves room for; the UI
+/// uses the same budget with the current answer length.
+pub const PROMPT_BUDGET_TOKENS: u64 = 1024;
 
-/// Whether a model of `size_bytes` fits `total_memory` with room for decoding.
-pub fn fits_memory(size_bytes: u64, total_memory: u64) -> bool {
-    (size_bytes as f64 * MEMORY_FACTOR) as u64 + MEMORY_OVERHEAD <= total_memory
+/// K/V cache bytes per context token: K and V rows of every layer, stored as f32 by the engine
+/// (`KvCache`).
+pub fn kv_bytes_per_token(cfg: &ModelConfig) -> u64 {
+    let elems = (cfg.n_layers as u64).saturating_mul(2).saturating_mul(cfg.kv_dim() as u64);
+    elems.saturating_mul(std::mem::size_of::<f32>() as u64)
 }
 
-/// Total physical memory (Linux/Android `/proc/meminfo`; elsewhere unknown = 0).
+/// Memory a model needs to decode with `context_tokens` in its K/V cache.
+pub fn memory_needed(weights_bytes: u64, kv_bytes_per_token: u64, context_tokens: u64) -> u64 {
+    weights_bytes.saturating_add(kv_bytes_per_token.saturating_mul(context_tokens)).saturating_add(MEMORY_OVERHEAD)
+}
+
+/// Whether that need fits `available` bytes; unknown memory (0) never claims a fit.
+pub fn fits_memory(needed: u64, available: u64) -> bool {
+    available > 0 && needed <= available
+}
+
+/// Weight files of a model: `.safetensors` / `.gguf` (tokenizer and config files are small and
+/// not kept in decoding memory); all files when none match.
+pub fn weights_bytes(files: &[ModelFile], size_bytes: u64) -> u64 {
+    let is_weights = |f: &&ModelFile| {
+        let p = f.rel_path.to_ascii_lowercase();
+        p.ends_with(".safetensors") || p.ends_with(".gguf")
+    };
+    let sum: u64 = files.iter().filter(is_weights).map(|f| f.size_bytes).sum();
+    if sum > 0 {
+        sum
+    } else {
+        size_bytes
+    }
+}
+
+/// A `/proc/meminfo` field in bytes (Linux/Android; elsewhere unknown = 0).
+fn meminfo_bytes(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| meminfo_field(&s, field)).unwrap_or(0)
+}
+
+/// `field` (e.g. `MemAvailable`) of a `/proc/meminfo` text, in bytes.
+fn meminfo_field(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.split(':').next() == Some(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
+/// Total physical memory.
 pub fn total_memory_bytes() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("MemTotal:"))?.to_owned();
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        })
-        .unwrap_or(0)
+    meminfo_bytes("MemTotal")
+}
+
+/// Memory available to new allocations without swapping (the kernel's `MemAvailable`).
+pub fn available_memory_bytes() -> u64 {
+    meminfo_bytes("MemAvailable")
 }
 
 /// The CPU's model name (Linux `/proc/cpuinfo`), else the architecture.
@@ -50,6 +89,7 @@ impl AppState {
             cpu: cpu_name(),
             threads: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1),
             memory_bytes: total_memory_bytes(),
+            available_memory_bytes: available_memory_bytes(),
             default_model_id: self.embedded_model_id,
             devices: crate::backends::device_names(),
         })
@@ -75,8 +115,15 @@ impl AppState {
         }))
     }
 
-    fn entry(&self, m: &ModelRecord, counts: &HashMap<ModelId, u32>, memory: u64) -> ModelEntry {
-        ModelEntry {
+    async fn entry(&self, m: &ModelRecord, counts: &HashMap<ModelId, u32>, available: u64) -> AppResult<ModelEntry> {
+        let weights = weights_bytes(&self.store.model_files(m.id).await?, m.size_bytes);
+        // A config stored by an older version may not parse; the entry still lists the model.
+        let cfg = m.engine_config().ok();
+        let kv_per_token = cfg.as_ref().map_or(0, kv_bytes_per_token);
+        let context = cfg.as_ref().map_or(0, |c| u32::try_from(c.max_seq).unwrap_or(u32::MAX));
+        let default_gen = u64::from(crate::dto::DecodeSettings::default().gen_length);
+        let tokens = (PROMPT_BUDGET_TOKENS + default_gen).min(u64::from(context).max(default_gen));
+        Ok(ModelEntry {
             id: m.id,
             name: m.name.clone(),
             architecture: m.architecture.clone(),
@@ -89,28 +136,28 @@ impl AppState {
             added_ms: m.added_at,
             used_ms: m.last_used_at,
             embedded: self.is_embedded(m),
-            fits_memory: fits_memory(m.size_bytes, memory),
+            fits_memory: fits_memory(memory_needed(weights, kv_per_token, tokens), available),
+            kinds: cfg.as_ref().map(crate::schema::model_kinds).unwrap_or_default(),
+            weights_bytes: weights,
+            kv_bytes_per_token: kv_per_token,
+            context_tokens: context,
             run_count: counts.get(&m.id).copied().unwrap_or(0),
-            moe_calibration: None,
-        }
+            moe_calibration: self.calibration_summary(m.id).await?,
+        })
     }
 
     /// One model's manager entry.
     pub async fn model_entry(&self, m: &ModelRecord) -> AppResult<ModelEntry> {
-        let mut e = self.entry(m, &self.run_counts().await?, total_memory_bytes());
-        e.moe_calibration = self.calibration_summary(m.id).await?;
-        Ok(e)
+        self.entry(m, &self.run_counts().await?, available_memory_bytes()).await
     }
 
     /// Every registered model.
     pub async fn list_models(&self) -> AppResult<Vec<ModelEntry>> {
         let counts = self.run_counts().await?;
-        let memory = total_memory_bytes();
+        let available = available_memory_bytes();
         let mut out = Vec::new();
         for m in self.store.list_models().await? {
-            let mut e = self.entry(&m, &counts, memory);
-            e.moe_calibration = self.calibration_summary(m.id).await?;
-            out.push(e);
+            out.push(self.entry(&m, &counts, available).await?);
         }
         Ok(out)
     }
@@ -180,8 +227,14 @@ impl AppState {
     }
 }
 
-fn conversation_view(c: &unmask_store::Conversation) -> Conversation {
-    Conversation { id: c.id, title: c.title.clone(), model_id: c.model_id, updated_ms: c.updated_at }
+pub(crate) fn conversation_view(c: &unmask_store::Conversation) -> Conversation {
+    Conversation {
+        id: c.id,
+        title: c.title.clone(),
+        model_id: c.model_id,
+        updated_ms: c.updated_at,
+        system_prompt: c.system_prompt.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -189,10 +242,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn memory_fit_leaves_room_for_decoding() {
+    fn memory_need_is_weights_plus_kv_at_the_context() {
         let gib = 1u64 << 30;
-        assert!(fits_memory(gib, 8 * gib));
-        assert!(!fits_memory(7 * gib, 8 * gib));
+        let need = memory_needed(4 * gib, 1 << 20, 2048);
+        assert_eq!(need, 4 * gib + 2 * gib + MEMORY_OVERHEAD);
+        assert!(fits_memory(need, 7 * gib));
+        assert!(!fits_memory(need, 6 * gib), "the K/V cache counts");
         assert!(!fits_memory(1, 0), "unknown memory never claims a fit");
+    }
+
+    #[test]
+    fn kv_bytes_per_token_counts_k_and_v_of_every_layer_in_f32() {
+        let dir = crate::backends::embedded_model_dir().expect("embedded model");
+        let cfg = ModelConfig::from_hf_file(&dir.join("config.json")).expect("config");
+        let want = cfg.n_layers as u64 * 2 * (cfg.n_kv_heads * cfg.head_dim) as u64 * 4;
+        assert_eq!(kv_bytes_per_token(&cfg), want);
+        // LLaDA-8B: 32 layers x 32 kv heads x 128 = 1 MiB of f32 K/V per token.
+        let big = ModelConfig { n_layers: 32, n_kv_heads: 32, head_dim: 128, ..cfg };
+        assert_eq!(kv_bytes_per_token(&big), 1 << 20);
+    }
+
+    #[test]
+    fn weights_are_the_weight_files() {
+        let f = |p: &str, n: u64| ModelFile { rel_path: p.into(), size_bytes: n, sha256: String::new() };
+        let files = [
+            f("config.json", 1),
+            f("model-00001.safetensors", 10),
+            f("model-00002.safetensors", 20),
+            f("tokenizer.json", 5),
+        ];
+        assert_eq!(weights_bytes(&files, 36), 30);
+        assert_eq!(weights_bytes(&[f("m.Q4_K.gguf", 7)], 7), 7);
+        assert_eq!(weights_bytes(&[], 99), 99, "no file list: the model's size");
+    }
+
+    #[test]
+    fn meminfo_fields_are_read_in_bytes() {
+        let text = "MemTotal:       16318480 kB\nMemFree:         1000000 kB\nMemAvailable:    8159240 kB\n";
+        assert_eq!(meminfo_field(text, "MemAvailable"), Some(8_159_240 * 1024));
+        assert_eq!(meminfo_field(text, "MemTotal"), Some(16_318_480 * 1024));
+        assert_eq!(meminfo_field(text, "Mem"), None);
     }
 }

@@ -61,6 +61,7 @@ async fn run(app: &AppHandle, state: &Arc<AppState>, cfg: &SmokeConfig) -> anyho
         settings: DecodeSettings { gen_length: 32, block_length: 16, steps: 32, ..DecodeSettings::default() },
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
+        system_prompt: None,
     };
     let summary = state.generate(request, Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let events = sink.events();

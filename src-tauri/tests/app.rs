@@ -19,6 +19,7 @@ fn request(prompt: &str) -> GenerateRequest {
         settings: settings(),
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
+        system_prompt: None,
     }
 }
 
@@ -280,4 +281,63 @@ async fn presets_crud_and_rerun_with_presets() {
     assert!(state.list_conversations().await.expect("convs").is_empty(), "re-runs are not chats");
     state.delete_preset(p.id).await.expect("delete");
     assert_eq!(state.list_presets().await.expect("list").len(), 3);
+}
+
+fn prompt_tokens(events: &[GenerateEvent]) -> u32 {
+    match events.first() {
+        Some(GenerateEvent::Started { prompt_tokens, .. }) => *prompt_tokens,
+        other => panic!("first event {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn system_prompt_rename_and_search_of_conversations() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    // The same question without and with a system prompt: the system turn reaches the rendered
+    // prompt (more prompt tokens) and is saved with the new conversation.
+    let plain = CollectSink::<GenerateEvent>::default();
+    state.generate(request("What is 2+3?"), Arc::new(plain.clone())).await.expect("plain");
+    let with_system = CollectSink::<GenerateEvent>::default();
+    let mut req = request("What is 2+3?");
+    req.system_prompt = Some("  Answer with a number only.  ".into());
+    state.generate(req, Arc::new(with_system.clone())).await.expect("with system prompt");
+    let extra = prompt_tokens(&with_system.events()) - prompt_tokens(&plain.events());
+    assert!(extra >= 5, "the system turn adds its tokens to the prompt (+{extra})");
+    let convs = state.list_conversations().await.expect("convs");
+    assert_eq!(convs.len(), 2);
+    let sys = convs.iter().find(|c| c.system_prompt.is_some()).expect("conversation with a system prompt");
+    assert_eq!(sys.system_prompt.as_deref(), Some("Answer with a number only."));
+
+    // A later turn without `system_prompt` keeps the stored one (the prompt grows by a turn, not
+    // by losing the system turn); a blank one clears it.
+    let again = CollectSink::<GenerateEvent>::default();
+    let mut next = request("And 4+4?");
+    next.conversation_id = Some(sys.id);
+    state.generate(next.clone(), Arc::new(again.clone())).await.expect("second turn");
+    assert!(prompt_tokens(&again.events()) > prompt_tokens(&with_system.events()));
+    assert!(state.get_conversation(sys.id).await.expect("conv").conversation.system_prompt.is_some());
+    let cleared = state.set_system_prompt(sys.id, Some("  ")).await.expect("clear");
+    assert_eq!(cleared.system_prompt, None);
+    let set = state.set_system_prompt(sys.id, Some("Be brief.")).await.expect("set");
+    assert_eq!(set.system_prompt.as_deref(), Some("Be brief."));
+    next.system_prompt = Some(String::new());
+    state.generate(next, Arc::new(CollectSink::<GenerateEvent>::default())).await.expect("third turn");
+    assert_eq!(state.get_conversation(sys.id).await.expect("conv").conversation.system_prompt, None);
+
+    // Rename: one trimmed line; empty titles and unknown ids are refused.
+    let renamed = state.rename_conversation(sys.id, "  Sums\n with rules ").await.expect("rename");
+    assert_eq!(renamed.title, "Sums with rules");
+    assert_eq!(state.get_conversation(sys.id).await.expect("conv").conversation.title, "Sums with rules");
+    assert_eq!(state.rename_conversation(sys.id, " \n").await.expect_err("empty").kind, "invalid");
+    assert_eq!(state.rename_conversation(999_999, "x").await.expect_err("unknown").kind, "notFound");
+    assert_eq!(state.set_system_prompt(999_999, None).await.expect_err("unknown").kind, "notFound");
+
+    // Search: titles and message text, case-insensitive; blank lists everything.
+    let ids = |cs: Vec<Conversation>| cs.into_iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(ids(state.search_conversations("SUMS").await.expect("title")), [sys.id]);
+    assert_eq!(ids(state.search_conversations("4+4").await.expect("message")), [sys.id]);
+    assert_eq!(state.search_conversations("2+3").await.expect("both").len(), 2);
+    assert!(state.search_conversations("no such words").await.expect("none").is_empty());
+    assert_eq!(state.search_conversations("  ").await.expect("blank").len(), 2);
 }

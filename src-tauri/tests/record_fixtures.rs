@@ -40,6 +40,7 @@ async fn record_fixtures() -> anyhow::Result<()> {
             settings,
             backend,
             replace_from_message_id: None,
+            system_prompt: None,
         };
         let sink = CollectSink::<GenerateEvent>::default();
         let summary = state.generate(request.clone(), Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!(e.message))?;

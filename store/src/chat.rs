@@ -178,6 +178,39 @@ impl Store {
         self.get_conversation(id).await
     }
 
+    /// Gives a conversation a new title (bumps `updated_at`).
+    pub async fn rename_conversation(&self, id: ConversationId, title: &str) -> Result<Conversation> {
+        let now = now_ms();
+        let r = sqlx::query!("UPDATE conversations SET title = ?, updated_at = ? WHERE id = ?", title, now, id)
+            .execute(&self.pool)
+            .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::not_found("conversation", id));
+        }
+        self.get_conversation(id).await
+    }
+
+    /// Sets or clears (`None`) the system prompt later turns of a conversation are generated with.
+    pub async fn set_conversation_system_prompt(
+        &self,
+        id: ConversationId,
+        system_prompt: Option<&str>,
+    ) -> Result<Conversation> {
+        let now = now_ms();
+        let r = sqlx::query!(
+            "UPDATE conversations SET system_prompt = ?, updated_at = ? WHERE id = ?",
+            system_prompt,
+            now,
+            id
+        )
+        .execute(&self.pool)
+        .await?;
+        if r.rows_affected() == 0 {
+            return Err(StoreError::not_found("conversation", id));
+        }
+        self.get_conversation(id).await
+    }
+
     /// Deletes conversations with their messages (runs stay); returns how many existed.
     pub async fn delete_conversations(&self, ids: &[ConversationId]) -> Result<u64> {
         let mut tx = self.write_tx().await?;

@@ -497,6 +497,38 @@ async fn conversations_and_messages() {
 }
 
 #[tokio::test]
+async fn rename_and_system_prompt_change_only_their_field() {
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).await.unwrap();
+    let c = store
+        .create_conversation(&NewConversation {
+            title: "What is 2+2?".into(),
+            system_prompt: Some("Answer with a number.".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let renamed = store.rename_conversation(c.id, "Sums").await.unwrap();
+    assert_eq!((renamed.title.as_str(), renamed.system_prompt.as_deref()), ("Sums", Some("Answer with a number.")));
+    assert!(renamed.updated_at >= c.updated_at);
+    // The new title is what search finds.
+    let found = store.search_conversations("sums", 10).await.unwrap();
+    assert_eq!(found.iter().map(|x| x.id).collect::<Vec<_>>(), [c.id]);
+    let changed = store.set_conversation_system_prompt(c.id, Some("Be brief.")).await.unwrap();
+    assert_eq!((changed.title.as_str(), changed.system_prompt.as_deref()), ("Sums", Some("Be brief.")));
+    let cleared = store.set_conversation_system_prompt(c.id, None).await.unwrap();
+    assert_eq!(cleared.system_prompt, None);
+    assert!(matches!(
+        store.rename_conversation(999, "x").await,
+        Err(StoreError::NotFound { kind: "conversation", .. })
+    ));
+    assert!(matches!(
+        store.set_conversation_system_prompt(999, None).await,
+        Err(StoreError::NotFound { kind: "conversation", .. })
+    ));
+}
+
+#[tokio::test]
 async fn moe_calibrations_put_get_replace() {
     let data = tempfile::tempdir().unwrap();
     let store = Store::open(data.path()).await.unwrap();

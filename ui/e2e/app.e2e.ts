@@ -134,7 +134,9 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     // Copy gives feedback; deleting the conversation empties the list and the view.
     await p.getByTestId("msg-assistant").first().getByTestId("copy").click();
     await expect.poll(() => p.getByTestId("msg-assistant").first().getByTestId("copy").textContent()).toBe("Copied");
+    await p.getByTestId("conversation-actions").click();
     await p.getByTestId("delete-conversation").click();
+    await p.getByTestId("confirm-delete-conversation").click();
     await expect.poll(() => p.locator("[data-testid=conversations] li button.link").count()).toBe(0);
     expect(await p.getByTestId("msg-user").count()).toBe(0);
     expect(errors).toEqual([]);
@@ -179,8 +181,9 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("run-picker").waitFor();
     const label = await p.locator("[data-testid=run-picker] option", { hasText: run.detail.summary.backend }).first().getAttribute("value");
     await p.getByTestId("run-picker").selectOption(label ?? "");
-    await expect.poll(() => p.getByTestId("lane").count()).toBe(tl.lanes.length);
-    const kinds = await p.$$eval("[data-testid=lane]", (els) => els.map((e) => e.getAttribute("data-lane-kind")));
+    // Lanes the run has (a simulated run also shows empty NPU/CPU/DMA lanes, marked data-empty).
+    await expect.poll(() => p.locator("[data-testid=lane]:not([data-empty])").count()).toBe(tl.lanes.length);
+    const kinds = await p.$$eval("[data-testid=lane]:not([data-empty])", (els) => els.map((e) => e.getAttribute("data-lane-kind")));
     expect(kinds).toEqual(tl.lanes.map((l) => l.kind));
     expect(await p.getByTestId("slice").count()).toBe(tl.events.filter((e) => tl.lanes.some((l) => l.id === e.lane)).length);
     expect(await p.getByTestId("time-kind").textContent()).toContain(tl.simulated ? "simulated" : "measured");
@@ -227,6 +230,8 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await tab(p, "models");
     const rows = p.getByTestId("model-row");
     await expect.poll(() => rows.count()).toBe(1);
+    // The typed path is the advanced fallback beside the file picker.
+    await p.locator("[data-testid=import-advanced] summary").click();
     await p.getByTestId("import-path").fill("/data/models/LLaDA-8B-Instruct-Q4_K.gguf");
     await p.getByTestId("import").click();
     await expect.poll(() => rows.count()).toBe(2);
@@ -268,6 +273,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const rows = p.getByTestId("model-row");
     await expect.poll(() => rows.count()).toBe(1);
     expect(await rows.first().getByTestId("moe-calibration").count()).toBe(0);
+    await p.locator("[data-testid=import-advanced] summary").click();
     await p.getByTestId("import-path").fill("/data/models/LLaDA-MoE-7B-A1B-Instruct-Q4_K.gguf");
     await p.getByTestId("import").click();
     await expect.poll(() => rows.count()).toBe(2);
@@ -286,7 +292,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => cols.count()).toBe(2);
     const outputs = await p.getByTestId("compare-output").allTextContents();
     expect(outputs.sort()).toEqual(fixtures.slice(0, 2).map((f) => f.run.detail.summary.output).sort());
-    expect(await p.locator("[data-testid=compare-col] [data-testid=timeline]").count())
+    expect(await p.locator("[data-testid=compare-timelines] [data-testid=timeline]").count())
       .toBe(fixtures.slice(0, 2).filter((f) => f.run.detail.timeline).length);
     await shot(p, "compare");
 
@@ -305,9 +311,10 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const p = await freshPage();
     await tab(p, "settings");
     const settings = p.getByTestId("setting");
-    await expect.poll(() => settings.count()).toBe(12);
-    const explanations = await p.$$eval("[data-testid=setting] p", (els) => els.map((e) => e.textContent ?? ""));
-    expect(explanations).toHaveLength(12);
+    // The embedded LLaDA model: the Dream-only and MoE-only settings are not shown.
+    await expect.poll(() => settings.count()).toBe(11);
+    const explanations = await p.$$eval("[data-testid=setting] p.help", (els) => els.map((e) => e.textContent ?? ""));
+    expect(explanations).toHaveLength(11);
     expect(explanations.every((t) => /\w{3,}.*Default /.test(t))).toBe(true);
     await p.locator("#set-steps").fill("4");
     await p.locator("#set-steps").dispatchEvent("change");

@@ -252,6 +252,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
 
     // Tap (a real touch sequence) on the second token: its detail line names text, state and confidence.
     const second = toks.nth(1);
+    await second.scrollIntoViewIfNeeded();
     const box = await second.boundingBox();
     if (!box) throw new Error("token has no box");
     const cdp = await p.context().newCDPSession(p);
@@ -263,7 +264,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
     const detail = p.getByTestId("replay").getByTestId("token-detail");
     await expect.poll(() => detail.textContent()).toContain(`confidence ${Math.round((slot.confidence ?? 0) * 100)}%`);
     expect(await detail.textContent()).toContain(JSON.stringify(slot.text));
-    expect(await second.getAttribute("aria-pressed")).toBe("true");
+    expect(await second.getAttribute("aria-selected")).toBe("true");
     await shot(p, "canvas-token-detail-phone");
     await cdp.send("Emulation.setTouchEmulationEnabled", { enabled: false });
 

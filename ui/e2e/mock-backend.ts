@@ -26,6 +26,8 @@ declare global {
     __UNMASK_SPLIT_FRAMES__: boolean;
     /** Progress events a download takes to finish. */
     __UNMASK_DL_TICKS__: number;
+    /** Sets what the native file/folder picker returns from now on (null: the user cancels). */
+    __UNMASK_PICK__: (path: string | null) => void;
   }
 }
 
@@ -60,6 +62,18 @@ class Sender {
 function appError(kind: string, message: string) {
   return { kind, message };
 }
+/** As the app names a new conversation: its first non-empty line, at most 48 characters. */
+function titleFrom(prompt: string): string {
+  const line = prompt.split("\n").find((l) => l.trim() !== "")?.trim() ?? "New chat";
+  const chars = [...line];
+  return chars.length > 48 ? chars.slice(0, 48).join("") + "…" : line;
+}
+const blankToNull = (s: string | null) => (s === null || s.trim() === "" ? null : s.trim());
+function conversation(id: unknown) {
+  const c = conversations.get(id as number);
+  if (!c) throw appError("notFound", `conversation ${id} not found`);
+  return c;
+}
 
 const isVnpu = (r: RecordedRun) => r.request.backend.kind === "vnpu";
 function fixtureFor(backend: BackendChoice, settings: DecodeSettings): RecordedRun {
@@ -69,27 +83,35 @@ function fixtureFor(backend: BackendChoice, settings: DecodeSettings): RecordedR
 }
 
 const base = fixtures[0].run.request.settings;
+// Mirrors src-tauri's settings_schema (ranges, optional settings, the model kinds each applies to).
+const D = ["diffusion"];
 const schema: SettingInfo[] = [
-  { key: "genLength", label: "Generation length", explanation: "Tokens in the answer canvas.", kind: "int", min: 1, max: 1024, options: null, default: base.genLength },
-  { key: "blockLength", label: "Block length", explanation: "Tokens denoised together, left to right block by block.", kind: "int", min: 1, max: 1024, options: null, default: base.blockLength },
-  { key: "steps", label: "Steps", explanation: "Denoising steps over the whole canvas.", kind: "int", min: 1, max: 1024, options: null, default: base.steps },
-  { key: "temperature", label: "Temperature", explanation: "0 picks the most likely token.", kind: "float", min: 0, max: 2, options: null, default: base.temperature },
-  { key: "remasking", label: "Remasking", explanation: "Which predictions to keep each step.", kind: "choice", min: null, max: null, options: ["lowConfidence", "random"], default: base.remasking },
-  { key: "cache", label: "Cache", explanation: "Reuse K/V of positions outside the block.", kind: "choice", min: null, max: null, options: ["none", "prefix", "dual"], default: base.cache },
-  { key: "threshold", label: "Confidence threshold", explanation: "Commit every token above it (parallel decoding).", kind: "float", min: 0.01, max: 1, options: null, default: 0.9 },
-  { key: "algorithm", label: "Dream algorithm", explanation: "Dream's unmasking order.", kind: "choice", min: null, max: null, options: ["origin", "maskgitPlus", "margin", "entropy"], default: "origin" },
-  { key: "speculative", label: "Speculative drafts", explanation: "Draft tokens of the next block early.", kind: "bool", min: null, max: null, options: null, default: false },
-  { key: "revision", label: "Revision", explanation: "Let later steps rewrite committed tokens.", kind: "bool", min: null, max: null, options: null, default: false },
-  { key: "cfgScale", label: "CFG scale", explanation: "Classifier-free guidance; 0 is off.", kind: "float", min: 0, max: 10, options: null, default: 0 },
-  { key: "seed", label: "Seed", explanation: "Random seed.", kind: "int", min: 0, max: null, options: null, default: base.seed },
+  { key: "genLength", label: "Answer length (tokens)", explanation: "Tokens in the answer canvas; a multiple of the block length.", kind: "int", min: 1, max: 4096, options: null, default: base.genLength, appliesTo: null, toggleLabel: null },
+  { key: "blockLength", label: "Block length (tokens)", explanation: "Tokens denoised together, left to right block by block.", kind: "int", min: 1, max: 4096, options: null, default: base.blockLength, appliesTo: D, toggleLabel: null },
+  { key: "steps", label: "Denoising steps", explanation: "Denoising steps over the whole canvas.", kind: "int", min: 1, max: 4096, options: null, default: base.steps, appliesTo: D, toggleLabel: null },
+  { key: "temperature", label: "Temperature", explanation: "0 picks the most likely token.", kind: "float", min: 0, max: 2, options: null, default: base.temperature, appliesTo: null, toggleLabel: null },
+  { key: "remasking", label: "Remasking", explanation: "Which predictions to keep each step.", kind: "choice", min: null, max: null, options: ["lowConfidence", "random"], default: base.remasking, appliesTo: ["llada"], toggleLabel: null },
+  { key: "cache", label: "KV cache", explanation: "Reuse K/V of positions outside the block.", kind: "choice", min: null, max: null, options: ["none", "prefix", "dual"], default: base.cache, appliesTo: D, toggleLabel: null },
+  { key: "threshold", label: "Confidence threshold", explanation: "Commit every token above it (parallel decoding).", kind: "float", min: 0.01, max: 1, options: null, default: 0.9, appliesTo: D, toggleLabel: "Parallel decoding by confidence threshold" },
+  { key: "algorithm", label: "Dream position selection", explanation: "Dream's unmasking order.", kind: "choice", min: null, max: null, options: ["origin", "maskgitPlus", "margin", "entropy"], default: "origin", appliesTo: ["dream"], toggleLabel: "Choose the position selection (else the model's default)" },
+  { key: "speculative", label: "Speculative drafts", explanation: "Draft tokens of the next block early.", kind: "bool", min: null, max: null, options: null, default: false, appliesTo: D, toggleLabel: null },
+  { key: "revision", label: "Progressive revision", explanation: "Let later steps rewrite committed tokens.", kind: "bool", min: null, max: null, options: null, default: false, appliesTo: D, toggleLabel: null },
+  { key: "moe", label: "Mixture-of-experts execution", explanation: "How the experts run.", kind: "choice", min: null, max: null, options: ["cpu", "naive", "staticTiers"], default: "cpu", appliesTo: ["moe"], toggleLabel: null },
+  { key: "cfgScale", label: "Guidance scale (CFG)", explanation: "Classifier-free guidance; 0 is off.", kind: "float", min: 0, max: 10, options: null, default: 0, appliesTo: ["llada"], toggleLabel: null },
+  { key: "seed", label: "Seed", explanation: "Random seed.", kind: "int", min: 0, max: 4294967295, options: null, default: base.seed, appliesTo: null, toggleLabel: null },
 ];
 
 let nextId = 100;
 const info: AppInfo = { version: "0.1.0-e2e", dataDir: "/home/user/.local/share/dev.unmask.app", cpu: "Mock CPU", threads: 2,
-  memoryBytes: 8 * 1024 ** 3, defaultModelId: 1, devices: ["sm8750", "sm8650"] };
+  memoryBytes: 8 * 1024 ** 3, availableMemoryBytes: 5 * 1024 ** 3, defaultModelId: 1, devices: ["sm8750", "sm8650"] };
 const models: ModelEntry[] = [{ id: 1, name: "tiny-llada", architecture: "llada", format: "safetensors", quantisation: "f32",
   sizeBytes: 17_800_000, sha256: "ab".repeat(32), source: "embedded", path: "models/tiny-llada", addedMs: now() - 86_400_000,
-  usedMs: null, embedded: true, fitsMemory: true, runCount: 0, moeCalibration: null }];
+  usedMs: null, embedded: true, fitsMemory: true, runCount: 0, moeCalibration: null,
+  // tiny-llada: 6 layers x 2 x (4 kv heads x 48) x 4 bytes (f32 K/V).
+  kinds: ["diffusion", "llada"], weightsBytes: 8_907_808, kvBytesPerToken: 9216, contextTokens: 256 }];
+/** Path that the native file picker "returns" (null: the user cancels). */
+let pickedPath: string | null = null;
+window.__UNMASK_PICK__ = (p) => { pickedPath = p; };
 const specFx = fixtures.find((f) => f.run.request.settings.speculative)?.run ?? fixtures[0].run;
 const presets: Preset[] = [
   { id: 1, name: "Reference (CPU)", settings: { ...base, speculative: false, revision: false }, backend: { kind: "cpu", device: null }, builtin: true },
@@ -124,9 +146,12 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
   let conv = request.conversationId !== null ? conversations.get(request.conversationId) : undefined;
   if (!conv) {
     const id = nextId++;
-    conv = { c: { id, title: request.prompt.slice(0, 32), modelId: request.modelId, updatedMs: now() }, messages: [] };
+    conv = { c: { id, title: titleFrom(request.prompt), modelId: request.modelId, updatedMs: now(), systemPrompt: null },
+      messages: [] };
     conversations.set(id, conv);
   }
+  // As the app: a given system prompt is saved with the conversation (blank clears it).
+  if (request.systemPrompt != null) conv.c.systemPrompt = blankToNull(request.systemPrompt);
   if (request.replaceFromMessageId !== null) {
     const i = conv.messages.findIndex((m) => m.id === request.replaceFromMessageId);
     if (i >= 0) conv.messages.splice(i);
@@ -159,15 +184,18 @@ async function generate(request: GenerateRequest, sender: Sender): Promise<RunSu
   return detail.summary;
 }
 
-type Dl = { id: number; sender: Sender; bytes: number; total: number; paused: boolean; timer: ReturnType<typeof setInterval> | null; repo: string; name: string | null };
+type Dl = { id: number; sender: Sender; bytes: number; total: number; paused: boolean; timer: ReturnType<typeof setInterval> | null;
+  repo: string; name: string | null; revision: string; file: string | null };
 const downloads = new Map<number, Dl>();
 function tickDownload(d: Dl) {
   d.bytes = Math.min(d.total, d.bytes + d.total / (window.__UNMASK_DL_TICKS__ ?? 10));
-  d.sender.send({ kind: "progress", downloadId: d.id, file: "model.safetensors", bytes: d.bytes, totalBytes: d.total } satisfies DownloadEvent);
+  d.sender.send({ kind: "progress", downloadId: d.id, file: d.file ?? "model.safetensors", bytes: d.bytes, totalBytes: d.total,
+    fileBytes: d.bytes, fileTotalBytes: d.total } satisfies DownloadEvent);
   if (d.bytes >= d.total) {
     stopTimer(d);
-    const model: ModelEntry = { ...models[0], id: nextId++, name: d.name ?? d.repo.split("/").pop() ?? d.repo, source: d.repo,
-      embedded: false, sizeBytes: d.total, path: `models/${d.repo}`, addedMs: now(), runCount: 0 };
+    const model: ModelEntry = { ...models[0], id: nextId++, name: d.name ?? (d.file?.replace(/\.gguf$/, "") ?? d.repo.split("/").pop() ?? d.repo),
+      source: `hf:https://huggingface.co/${d.repo}@${d.revision}`, format: d.file ? "gguf" : "safetensors",
+      embedded: false, sizeBytes: d.total, weightsBytes: d.total, path: `models/${d.repo}`, addedMs: now(), runCount: 0 };
     models.push(model);
     d.sender.send({ kind: "finished", downloadId: d.id, model } satisfies DownloadEvent);
     d.sender.end();
@@ -207,11 +235,16 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       const gguf = path.endsWith(".gguf");
       // A MoE model imported here comes with a stored calibration, as after `unmask moe calibrate`.
       const moe = path.includes("MoE");
-      const m: ModelEntry = { id: nextId++, name: (a.name as string | null) ?? path.split("/").pop()!.replace(/\.gguf$/, ""),
-        architecture: moe ? "llada_moe" : "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",
-        sizeBytes: gguf ? 4_600_000_000 : 16_000_000_000, sha256: "cd".repeat(32), source: path, path, addedMs: now(),
-        usedMs: null, embedded: false, fitsMemory: gguf, runCount: 0,
-        moeCalibration: moe ? "240 prompts · 16 layers x 64 experts (top-8) · busiest expert 3.1x its fair share" : null };
+      const dream = path.includes("Dream");
+      const kinds = dream ? ["diffusion", "dream"] : moe ? ["diffusion", "llada", "moe"] : ["diffusion", "llada"];
+      const sizeBytes = gguf ? 4_600_000_000 : 16_000_000_000;
+      const m: ModelEntry = { id: nextId++, name: (a.name as string | null) ?? path.split("/").filter(Boolean).pop()!.replace(/\.gguf$/, ""),
+        architecture: dream ? "dream" : moe ? "llada_moe" : "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",
+        sizeBytes, sha256: "cd".repeat(32), source: path, path, addedMs: now(),
+        usedMs: null, embedded: false, fitsMemory: false, runCount: 0,
+        moeCalibration: moe ? "240 prompts · 16 layers x 64 experts (top-8) · busiest expert 3.1x its fair share" : null,
+        // 8B-class: 32 layers x 2 x (32 kv heads x 128) x 4 bytes = 1 MiB per token.
+        kinds, weightsBytes: sizeBytes - 20_000_000, kvBytesPerToken: moe ? 262_144 : 1_048_576, contextTokens: 4096 };
       models.push(m);
       return m;
     }
@@ -226,8 +259,10 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
     }
     case "start_download": {
       const id = nextId++;
+      const file = (a.file as string | null) ?? null;
+      if (file !== null && !file.endsWith(".gguf")) throw appError("invalid", `\`${file}\`: a single file must be a .gguf`);
       const d: Dl = { id, sender: new Sender(a.onEvent as Chan), bytes: 0, total: 48 * 1024 * 1024, paused: false, timer: null,
-        repo: String(a.repo), name: (a.name as string | null) ?? null };
+        repo: String(a.repo), name: (a.name as string | null) ?? null, revision: (a.revision as string | null) ?? "main", file };
       downloads.set(id, d);
       d.timer = setInterval(() => tickDownload(d), 150);
       return id;
@@ -236,6 +271,9 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
     case "resume_download": { const d = dl(a.id as number); d.sender.send({ kind: "resumed", downloadId: d.id }); d.timer = setInterval(() => tickDownload(d), 150); return null; }
     case "cancel_download": { const d = dl(a.id as number); stopTimer(d); d.sender.send({ kind: "cancelled", downloadId: d.id }); d.sender.end(); downloads.delete(d.id); return null; }
     case "settings_schema": return schema;
+    case "test_picked_path": return null;
+    // @tauri-apps/plugin-dialog's open(): what the user picked in the native dialog.
+    case "plugin:dialog|open": return pickedPath;
     case "list_presets": return presets.map((p) => structuredClone(p));
     case "save_preset": {
       const p: Preset = { id: nextId++, name: String(a.name), settings: a.settings as DecodeSettings, backend: a.backend as BackendChoice, builtin: false };
@@ -255,6 +293,25 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       return { conversation: c.c, messages: c.messages.map((m) => ({ ...m })) };
     }
     case "delete_conversation": conversations.delete(a.id as number); return null;
+    case "rename_conversation": {
+      const title = String(a.title).split(/\s+/).filter(Boolean).join(" ");
+      if (title === "") throw appError("invalid", "a conversation title cannot be empty");
+      const c = conversation(a.id);
+      c.c = { ...c.c, title, updatedMs: now() };
+      return { ...c.c };
+    }
+    case "set_system_prompt": {
+      const c = conversation(a.id);
+      c.c = { ...c.c, systemPrompt: blankToNull(a.systemPrompt as string | null), updatedMs: now() };
+      return { ...c.c };
+    }
+    case "search_conversations": {
+      // The store's rule: title or any message contains the text, ASCII case-insensitive.
+      const q = String(a.query).trim().toLowerCase();
+      return [...conversations.values()]
+        .filter((x) => q === "" || x.c.title.toLowerCase().includes(q) || x.messages.some((m) => m.content.toLowerCase().includes(q)))
+        .map((x) => x.c).sort((x, y) => y.updatedMs - x.updatedMs);
+    }
     case "generate": return generate(a.request as GenerateRequest, new Sender(a.onEvent as Chan));
     case "stop_generation": { const f = running.get(a.runId as number); if (f) f.stop = true; return null; }
     case "list_runs": return [...runs.values()].map((r) => r.summary).reverse().slice(0, a.limit as number);

@@ -1,6 +1,6 @@
 //! A tiny HTTP/1.1 file server for download tests: serves `root/<file>` at
-//! `/<repo>/resolve/main/<file>` with `Range: bytes=N-` support, optionally throttled, and
-//! records the `Range` headers it saw.
+//! `/<repo>/resolve/<revision>/<file>` (any revision) with `Range: bytes=N-` support, optionally
+//! throttled, and records the paths and `Range` headers it saw.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,14 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct FileServer {
     pub base_url: String,
     pub ranges: Arc<Mutex<Vec<String>>>,
+    requested: Arc<Mutex<Vec<String>>>,
+}
+
+impl FileServer {
+    /// Request paths so far.
+    pub fn paths(&self) -> Vec<String> {
+        self.requested.lock().expect("paths").clone()
+    }
 }
 
 /// Starts serving `root`; `throttle` = (chunk bytes, pause per chunk) for large bodies.
@@ -20,18 +28,19 @@ pub async fn serve(root: PathBuf, throttle: Option<(usize, Duration)>) -> FileSe
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let ranges = Arc::new(Mutex::new(Vec::new()));
-    let seen = ranges.clone();
+    let requested = Arc::new(Mutex::new(Vec::new()));
+    let (seen, asked) = (ranges.clone(), requested.clone());
     tokio::spawn(async move {
         loop {
             let Ok((sock, _)) = listener.accept().await else { return };
             let root = root.clone();
-            let seen = seen.clone();
+            let (seen, asked) = (seen.clone(), asked.clone());
             tokio::spawn(async move {
-                let _ = handle(sock, root, throttle, seen).await;
+                let _ = handle(sock, root, throttle, seen, asked).await;
             });
         }
     });
-    FileServer { base_url: format!("http://{addr}"), ranges }
+    FileServer { base_url: format!("http://{addr}"), ranges, requested }
 }
 
 async fn handle(
@@ -39,6 +48,7 @@ async fn handle(
     root: PathBuf,
     throttle: Option<(usize, Duration)>,
     seen: Arc<Mutex<Vec<String>>>,
+    asked: Arc<Mutex<Vec<String>>>,
 ) -> std::io::Result<()> {
     let mut buf = Vec::new();
     let mut tmp = [0u8; 4096];
@@ -52,6 +62,7 @@ async fn handle(
     let head = String::from_utf8_lossy(&buf).to_string();
     let mut lines = head.lines();
     let target = lines.next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("/").to_owned();
+    asked.lock().expect("paths").push(target.clone());
     let mut from = 0usize;
     for l in lines {
         if let Some((k, v)) = l.split_once(':') {
@@ -61,7 +72,7 @@ async fn handle(
             }
         }
     }
-    let file = target.split("/resolve/main/").nth(1).unwrap_or("");
+    let file = target.split("/resolve/").nth(1).and_then(|rest| rest.split_once('/')).map_or("", |(_, f)| f);
     let body = if file.is_empty() || file.contains("..") { None } else { std::fs::read(root.join(file)).ok() };
     let Some(body) = body else {
         sock.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await?;

@@ -61,17 +61,24 @@ export const deleteModel = (id: number) => call<null>("delete_model", { id });
 /** Runs made with a model. */
 export const modelRuns = (id: number) => call<RunSummary[]>("model_runs", { id });
 
-/** Starts a download; events arrive on `onEvent`. Resolves with the download id. */
+/**
+ * Starts a download of `repo` at `revision` (null: main), the whole model or only `file` (one
+ * .gguf); events arrive on `onEvent`. Resolves with the download id.
+ */
 export function startDownload(
   baseUrl: string,
   repo: string,
+  revision: string | null,
+  file: string | null,
   name: string | null,
   onEvent: (e: DownloadEvent) => void,
 ): Promise<number> {
   const channel = new Channel<DownloadEvent>();
   channel.onmessage = onEvent;
-  return call<number>("start_download", { baseUrl, repo, name, onEvent: channel });
+  return call<number>("start_download", { baseUrl, repo, revision, file, name, onEvent: channel });
 }
+/** Debug builds under test: the path a file picker should return (UNMASK_E2E_PICK); else null. */
+export const testPickedPath = () => call<string | null>("test_picked_path");
 /** Pauses a running download. */
 export const pauseDownload = (id: number) => call<null>("pause_download", { id });
 /** Resumes a paused download. */
@@ -95,6 +102,14 @@ export const listConversations = () => call<Conversation[]>("list_conversations"
 export const getConversation = (id: number) => call<ConversationDetail>("get_conversation", { id });
 /** Deletes a conversation. */
 export const deleteConversation = (id: number) => call<null>("delete_conversation", { id });
+/** Gives a conversation a new title. */
+export const renameConversation = (id: number, title: string) =>
+  call<Conversation>("rename_conversation", { id, title });
+/** Sets (blank or null: clears) the system prompt of a conversation. */
+export const setSystemPrompt = (id: number, systemPrompt: string | null) =>
+  call<Conversation>("set_system_prompt", { id, systemPrompt });
+/** Conversations whose title or messages contain `query`, newest first. */
+export const searchConversations = (query: string) => call<Conversation[]>("search_conversations", { query });
 
 /** Runs a generation; events stream to `onEvent`; resolves with the final summary. */
 export function generate(request: GenerateRequest, onEvent: (e: GenerateEvent) => void): Promise<RunSummary> {

@@ -17,8 +17,16 @@ export const commands = {
 	deleteModel: (id: number) => typedError<null, AppError>(__TAURI_INVOKE("delete_model", { id })),
 	/**  A model's runs. */
 	modelRuns: (id: number) => typedError<RunSummary[], AppError>(__TAURI_INVOKE("model_runs", { id })),
-	/**  Starts a download; returns its id. */
-	startDownload: (baseUrl: string, repo: string, name: string | null, onEvent: Channel<DownloadEvent>) => typedError<number, AppError>(__TAURI_INVOKE("start_download", { baseUrl, repo, name, onEvent })),
+	/**
+	 *  Starts a download of `repo` at `revision` (null = `main`): the whole model, or only `file`
+	 *  (one `.gguf` of the repository); returns its id.
+	 */
+	startDownload: (baseUrl: string, repo: string, revision: string | null, file: string | null, name: string | null, onEvent: Channel<DownloadEvent>) => typedError<number, AppError>(__TAURI_INVOKE("start_download", { baseUrl, repo, revision, file, name, onEvent })),
+	/**
+	 *  Debug builds: the path in `UNMASK_E2E_PICK`, which the UI takes instead of opening the
+	 *  native picker. Release builds: always null.
+	 */
+	testPickedPath: () => typedError<string | null, AppError>(__TAURI_INVOKE("test_picked_path")),
 	/**  Pauses a download (partial files kept). */
 	pauseDownload: (id: number) => typedError<null, AppError>(__TAURI_INVOKE("pause_download", { id })),
 	/**  Resumes a paused download. */
@@ -39,6 +47,12 @@ export const commands = {
 	getConversation: (id: number) => typedError<ConversationDetail, AppError>(__TAURI_INVOKE("get_conversation", { id })),
 	/**  Deletes a conversation. */
 	deleteConversation: (id: number) => typedError<null, AppError>(__TAURI_INVOKE("delete_conversation", { id })),
+	/**  Renames a conversation. */
+	renameConversation: (id: number, title: string) => typedError<Conversation, AppError>(__TAURI_INVOKE("rename_conversation", { id, title })),
+	/**  Sets or clears the system prompt of a conversation. */
+	setSystemPrompt: (id: number, systemPrompt: string | null) => typedError<Conversation, AppError>(__TAURI_INVOKE("set_system_prompt", { id, systemPrompt })),
+	/**  Conversations whose title or messages contain `query`, newest first. */
+	searchConversations: (query: string) => typedError<Conversation[], AppError>(__TAURI_INVOKE("search_conversations", { query })),
 	/**  One chat turn, streamed through `on_event`; resolves when the run ends. */
 	generate: (request: GenerateRequest, onEvent: Channel<GenerateEvent>) => typedError<RunSummary, AppError>(__TAURI_INVOKE("generate", { request, onEvent })),
 	/**  Stops a running generation. */
@@ -71,6 +85,8 @@ export type AppInfo = {
 	cpu: string,
 	threads: number,
 	memoryBytes: number,
+	/**  Memory available to new allocations now (Linux `MemAvailable`); 0 when unknown. */
+	availableMemoryBytes: number,
 	defaultModelId: number | null,
 	/**  Virtual NPU device profile names. */
 	devices: string[],
@@ -94,6 +110,8 @@ export type Conversation = {
 	title: string,
 	modelId: number | null,
 	updatedMs: number,
+	/**  Sent to the model as the chat template's system turn; `None` when the conversation has none. */
+	systemPrompt: string | null,
 };
 
 /**  A conversation with its messages. */
@@ -128,8 +146,12 @@ export type DecodeSettings = {
 	moe?: MoeChoice,
 };
 
-/**  Streamed while a download runs. */
-export type DownloadEvent = { kind: "progress"; downloadId: number; file: string; bytes: number; totalBytes: number | null } | { kind: "paused"; downloadId: number } | { kind: "resumed"; downloadId: number } | { kind: "finished"; downloadId: number; model: ModelEntry } | { kind: "failed"; downloadId: number; message: string } | { kind: "cancelled"; downloadId: number };
+/**
+ *  Streamed while a download runs. Progress carries the bytes of the whole download (its total
+ *  is unknown for an HF-layout model, whose file list is discovered on the way) and of the
+ *  current file.
+ */
+export type DownloadEvent = { kind: "progress"; downloadId: number; file: string; bytes: number; totalBytes: number | null; fileBytes: number; fileTotalBytes: number | null } | { kind: "paused"; downloadId: number } | { kind: "resumed"; downloadId: number } | { kind: "finished"; downloadId: number; model: ModelEntry } | { kind: "failed"; downloadId: number; message: string } | { kind: "cancelled"; downloadId: number };
 
 /**  One slice on a lane. */
 export type EventView = {
@@ -166,6 +188,11 @@ export type GenerateRequest = {
 	backend: BackendChoice,
 	/**  Regenerate/edit: this message and every later one are replaced. */
 	replaceFromMessageId: number | null,
+	/**
+	 *  Saved as the conversation's system prompt before this turn (blank clears it); `None`
+	 *  keeps the stored one. A new conversation is created with it.
+	 */
+	systemPrompt: string | null,
 };
 
 /**  Kind of a timeline lane. */
@@ -201,7 +228,25 @@ export type ModelEntry = {
 	addedMs: number,
 	usedMs: number | null,
 	embedded: boolean,
+	/**
+	 *  Whether weights + K/V at the default settings fit the available memory (the UI
+	 *  recomputes it for the current settings from the fields below).
+	 */
 	fitsMemory: boolean,
+	/**
+	 *  What the model is, for the settings that apply to it: `diffusion` or `autoregressive`,
+	 *  `llada` (LLaDA-style scoring, CFG) or `dream`, and `moe` for mixture-of-experts models.
+	 */
+	kinds: string[],
+	/**  Bytes of the weight files (what decoding keeps in memory). */
+	weightsBytes: number,
+	/**
+	 *  K/V cache bytes per context token (layers x 2 x kv heads x head dim x bytes per element
+	 *  as the engine stores K/V); 0 when the config could not be read.
+	 */
+	kvBytesPerToken: number,
+	/**  The model's context length in tokens (prompt + answer). */
+	contextTokens: number,
 	runCount: number,
 	/**  The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none. */
 	moeCalibration: string | null,
@@ -269,7 +314,18 @@ export type SettingInfo = {
 	min: number | null,
 	max: number | null,
 	options: string[] | null,
+	/**
+	 *  The value when the setting is on; for an optional setting the value it starts at when
+	 *  the user turns it on.
+	 */
 	default: SettingValue | null,
+	/**  Model kinds it applies to (any of [`ModelEntry::kinds`]); null = every model. */
+	appliesTo: string[] | null,
+	/**
+	 *  Optional settings (null = off / the model's default): the label of the switch that
+	 *  turns it on; null for settings that always have a value.
+	 */
+	toggleLabel: string | null,
 };
 
 /**  Kind of a setting's editor. */

@@ -54,7 +54,12 @@ export type SettingInfo = {
   min: number | null;
   max: number | null;
   options: string[] | null;
+  /** The value when on; for an optional setting the value it starts at when turned on. */
   default: number | boolean | string | null;
+  /** Model kinds (ModelEntry.kinds) it applies to; null = every model. */
+  appliesTo: string[] | null;
+  /** Optional settings (null = off / the model's default): label of the switch that turns it on. */
+  toggleLabel: string | null;
 };
 /** A model in the store. */
 export type ModelEntry = {
@@ -70,7 +75,16 @@ export type ModelEntry = {
   addedMs: number;
   usedMs: number | null;
   embedded: boolean;
+  /** Weights + K/V at the default settings fit the available memory (the UI recomputes it). */
   fitsMemory: boolean;
+  /** "diffusion" | "autoregressive", "llada" | "dream", "moe". */
+  kinds: string[];
+  /** Bytes of the weight files. */
+  weightsBytes: number;
+  /** K/V cache bytes per context token, as the engine stores K/V; 0 when unknown. */
+  kvBytesPerToken: number;
+  /** Context length in tokens (prompt + answer). */
+  contextTokens: number;
   runCount: number;
   moeCalibration: string | null;
 };
@@ -91,7 +105,14 @@ export type Message = {
   createdMs: number;
 };
 /** A conversation in the list. */
-export type Conversation = { id: number; title: string; modelId: number | null; updatedMs: number };
+export type Conversation = {
+  id: number;
+  title: string;
+  modelId: number | null;
+  updatedMs: number;
+  /** The chat template's system turn for this conversation; null when it has none. */
+  systemPrompt: string | null;
+};
 /** A conversation with its messages. */
 export type ConversationDetail = { conversation: Conversation; messages: Message[] };
 /** Status of a run. */
@@ -146,6 +167,8 @@ export type GenerateRequest = {
   settings: DecodeSettings;
   backend: BackendChoice;
   replaceFromMessageId: number | null;
+  /** Saved as the conversation's system prompt before this turn (blank clears it); null keeps it. */
+  systemPrompt: string | null;
 };
 /** Streamed over the `generate` channel. */
 export type GenerateEvent =
@@ -155,7 +178,8 @@ export type GenerateEvent =
   | { kind: "failed"; message: string };
 /** Streamed over the `start_download` channel. */
 export type DownloadEvent =
-  | { kind: "progress"; downloadId: number; file: string; bytes: number; totalBytes: number | null }
+  | { kind: "progress"; downloadId: number; file: string; bytes: number; totalBytes: number | null;
+      fileBytes: number; fileTotalBytes: number | null }
   | { kind: "paused"; downloadId: number }
   | { kind: "resumed"; downloadId: number }
   | { kind: "finished"; downloadId: number; model: ModelEntry }
@@ -168,6 +192,8 @@ export type AppInfo = {
   cpu: string;
   threads: number;
   memoryBytes: number;
+  /** Memory available now (Linux MemAvailable); 0 when unknown. */
+  availableMemoryBytes: number;
   defaultModelId: number | null;
   devices: string[];
 };

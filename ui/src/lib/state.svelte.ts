@@ -20,12 +20,39 @@ export const app = $state({
   /** Run shown in the profiler. */
   profileRunId: null as number | null,
   error: null as string | null,
+  /**
+   * Screen an error from showError belongs to, with its message so that a message assigned to `error`
+   * directly is not routed by a stale entry; such an error belongs to the open screen.
+   */
+  errorScreen: null as { tab: Tab; message: string } | null,
   loaded: false,
 });
 
-/** Shows an error banner with the command's message. */
-export function showError(e: unknown): void {
-  app.error = api.toApiError(e).message;
+/** Shows an error banner with the command's message on the screen where it happened (by default the open one). */
+export function showError(e: unknown, tab: Tab = app.tab): void {
+  const message = api.toApiError(e).message;
+  app.error = message;
+  app.errorScreen = { tab, message };
+}
+
+/** Removes the error banner. */
+export function dismissError(): void {
+  app.error = null;
+  app.errorScreen = null;
+}
+
+/** The error to show on a screen, if it belongs there. */
+export function errorOn(tab: Tab): string | null {
+  if (app.error === null) return null;
+  const owner = app.errorScreen?.message === app.error ? app.errorScreen.tab : app.tab;
+  return owner === tab ? app.error : null;
+}
+
+/** Opens a screen; leaving the screen an error belongs to clears that error. */
+export function selectTab(tab: Tab): void {
+  if (tab === app.tab) return;
+  if (errorOn(app.tab) !== null) dismissError();
+  app.tab = tab;
 }
 
 /** Loads everything the screens need at start. */
@@ -90,5 +117,5 @@ export function applyPreset(p: Preset): void {
 /** Opens the profiler on a run. */
 export function openProfile(runId: number): void {
   app.profileRunId = runId;
-  app.tab = "profiler";
+  selectTab("profiler");
 }

@@ -66,17 +66,17 @@ describe("api wrappers", () => {
   it("startDownload streams progress over its channel and resolves with the id", async () => {
     mockIPC((cmd, args) => {
       if (cmd !== "start_download") return null;
-      const a = args as { baseUrl: string; repo: string; name: string | null; onEvent: { id: number } };
-      expect(a).toMatchObject({ baseUrl: "http://h", repo: "o/r", name: null });
+      const a = args as { baseUrl: string; repo: string; revision: string | null; file: string | null; name: string | null; onEvent: { id: number } };
+      expect(a).toMatchObject({ baseUrl: "http://h", repo: "o/r", revision: "v2", file: "m.gguf", name: null });
       const evs: DownloadEvent[] = [
-        { kind: "progress", downloadId: 9, file: "model.safetensors", bytes: 10, totalBytes: 20 },
+        { kind: "progress", downloadId: 9, file: "model.safetensors", bytes: 10, totalBytes: 20, fileBytes: 10, fileTotalBytes: 20 },
         { kind: "paused", downloadId: 9 },
       ];
       evs.forEach((message, index) => internals().runCallback(a.onEvent.id, { message, index }));
       return 9;
     });
     const got: DownloadEvent[] = [];
-    expect(await api.startDownload("http://h", "o/r", null, (e) => got.push(e))).toBe(9);
+    expect(await api.startDownload("http://h", "o/r", "v2", "m.gguf", null, (e) => got.push(e))).toBe(9);
     expect(got.map((e) => e.kind)).toEqual(["progress", "paused"]);
   });
 });

@@ -5,10 +5,10 @@ import type { AppInfo, Preset, SettingInfo } from "../../src/lib/contract";
 import { loadFixtures } from "../fixtures";
 
 const settings = loadFixtures()[0].run.request.settings;
-const info: AppInfo = { version: "t", dataDir: "/d", cpu: "c", threads: 2, memoryBytes: 1, defaultModelId: 7, devices: ["sm8750"] };
+const info: AppInfo = { version: "t", dataDir: "/d", cpu: "c", threads: 2, memoryBytes: 1, availableMemoryBytes: 1, defaultModelId: 7, devices: ["sm8750"] };
 const schema: SettingInfo[] = [
-  { key: "steps", label: "Steps", explanation: "e", kind: "int", min: 1, max: 99, options: null, default: 3 },
-  { key: "threshold", label: "T", explanation: "e", kind: "float", min: 0, max: 1, options: null, default: 0.9 },
+  { key: "steps", label: "Steps", explanation: "e", kind: "int", min: 1, max: 99, options: null, default: 3, appliesTo: null, toggleLabel: null },
+  { key: "threshold", label: "T", explanation: "e", kind: "float", min: 0, max: 1, options: null, default: 0.9, appliesTo: null, toggleLabel: null },
 ];
 const reference: Preset = { id: 5, name: "Reference", settings: { ...settings, threshold: null }, backend: { kind: "cpu", device: null }, builtin: true };
 
