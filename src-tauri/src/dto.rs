@@ -43,6 +43,9 @@ pub struct TokenView {
     pub confidence: f32,
     pub speculative: bool,
     pub revised: bool,
+    /// The token is one of the run's stop ids (end of text, end of turn, padding): the answer
+    /// ends at the first such position, and what follows it is padding, not answer.
+    pub end: bool,
 }
 
 /// One denoising step: only the positions that changed (the engine's `StepFrame` with text).
@@ -424,6 +427,9 @@ pub struct RunSummary {
     #[specta(type = Option<i32>)]
     pub energy_j: Option<f64>,
     pub steps: u64,
+    /// Answer tokens up to and including the first stop token (the padding after it is not
+    /// counted): what tokens per second are made of. Null for runs recorded before it was kept.
+    pub answer_tokens: Option<u32>,
 }
 
 /// Kind of a timeline lane.

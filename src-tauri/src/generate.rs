@@ -194,9 +194,20 @@ impl AppState {
         let backend = backend.clone();
         let worker_loaded = loaded.clone();
         let worker_settings = settings.clone();
+        let stop = stop_ids(&loaded.transformer.config, &settings, &loaded.tokenizer, &loaded.template);
+        let worker_stop = stop.clone();
         let joined = tokio::task::spawn_blocking(move || {
-            let job =
-                DecodeJob { loaded: worker_loaded, moe_plan, ids, settings: worker_settings, backend, sink, cancel, interval };
+            let job = DecodeJob {
+                loaded: worker_loaded,
+                moe_plan,
+                ids,
+                settings: worker_settings,
+                stop: worker_stop,
+                backend,
+                sink,
+                cancel,
+                interval,
+            };
             let result = job.run(&mut rec);
             (rec, result)
         })
@@ -205,7 +216,6 @@ impl AppState {
             running.remove(&run_id);
         }
         let (mut rec, result) = joined.map_err(|e| AppError::internal(format!("decode worker: {e}")))?;
-        let stop = stop_ids(&loaded.transformer.config, &settings, &loaded.tokenizer, &loaded.template);
         let text_of = |tokens: &[u32]| loaded.tokenizer.decode(trim_at_stop(tokens, &stop), true).trim().to_owned();
         let record = match result {
             Ok(done) => {
@@ -222,11 +232,16 @@ impl AppState {
             Err(Failure { error: EngineError::Cancelled, partial, frames }) => {
                 rec.set_timeline(crate::timeline::measured_from_frames(&frames));
                 let tokens: Vec<u32> = partial.iter().copied().take_while(|t| t.is_some()).flatten().collect();
+                // Counted as the engine counts a finished answer: up to and including the first stop token.
+                let answer_tokens = (trim_at_stop(&tokens, &stop).len() + 1).min(tokens.len());
                 let outcome = RunOutcome {
                     output: text_of(&tokens),
+                    metrics: unmask_store::RunMetrics {
+                        answer_tokens: Some(answer_tokens as u64),
+                        ..Default::default()
+                    },
                     output_tokens: tokens,
                     stop_reason: Some("caller_stopped".into()),
-                    ..Default::default()
                 };
                 rec.cancel(Some(outcome)).await?
             }
@@ -260,6 +275,8 @@ struct DecodeJob {
     moe_plan: Option<Arc<StaticPlan>>,
     ids: Vec<u32>,
     settings: engine_decode::DecodeSettings,
+    /// The run's stop ids, to mark end-of-answer tokens in the streamed frames.
+    stop: Vec<u32>,
     backend: BackendChoice,
     sink: GenerateSink,
     cancel: CancelFlag,
@@ -273,6 +290,7 @@ impl DecodeJob {
         let mut frames: Vec<StepFrame> = Vec::new();
         let mut batcher = FrameBatcher::new(self.interval);
         let tokenizer = &self.loaded.tokenizer;
+        let stop = &self.stop;
         let sink = &self.sink;
         let mut on_frame = |f: &StepFrame| {
             rec.record(f);
@@ -282,7 +300,7 @@ impl DecodeJob {
                 }
             }
             frames.push(f.clone());
-            if let Some(batch) = batcher.push(frame_delta(f, &|t| tokenizer.token_text(t)), Instant::now()) {
+            if let Some(batch) = batcher.push(frame_delta(f, &|t| tokenizer.token_text(t), stop), Instant::now()) {
                 // A closed window must not stop the run: it is still recorded.
                 let _ = sink.send(GenerateEvent::Frames { frames: batch });
             }
@@ -306,8 +324,9 @@ impl DecodeJob {
     }
 }
 
-/// The UI form of a frame: positions as numbers, token text from `text` (empty for masks).
-pub fn frame_delta(f: &StepFrame, text: &dyn Fn(u32) -> String) -> FrameDelta {
+/// The UI form of a frame: positions as numbers, token text from `text` (empty for masks), and
+/// committed tokens that are one of the run's `stop` ids marked as the answer's end.
+pub fn frame_delta(f: &StepFrame, text: &dyn Fn(u32) -> String, stop: &[u32]) -> FrameDelta {
     FrameDelta {
         step: f.step as u32,
         block: (f.block.0 as u32, f.block.1 as u32),
@@ -315,14 +334,18 @@ pub fn frame_delta(f: &StepFrame, text: &dyn Fn(u32) -> String) -> FrameDelta {
         changes: f
             .changes
             .iter()
-            .map(|c| TokenView {
-                pos: c.pos as u32,
-                token: c.token,
-                text: if c.state == engine_decode::TokenState::Masked { String::new() } else { text(c.token) },
-                state: c.state.into(),
-                confidence: c.confidence,
-                speculative: c.speculative,
-                revised: c.revised,
+            .map(|c| {
+                let masked = c.state == engine_decode::TokenState::Masked;
+                TokenView {
+                    pos: c.pos as u32,
+                    token: c.token,
+                    text: if masked { String::new() } else { text(c.token) },
+                    state: c.state.into(),
+                    confidence: c.confidence,
+                    speculative: c.speculative,
+                    revised: c.revised,
+                    end: !masked && stop.contains(&c.token),
+                }
             })
             .collect(),
         step_wall_s: f.step_wall_s,

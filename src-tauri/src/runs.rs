@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use unmask_engine::model::ChatMessage;
+use unmask_engine::run::stop_ids;
 use unmask_engine::trace::to_chrome_trace;
 use unmask_store::{ModelId, RunId, RunRecord, StoredTimeline};
 
@@ -41,6 +42,7 @@ pub fn summary_of(r: &RunRecord) -> RunSummary {
         simulated_s: r.metrics.simulated_npu_s,
         energy_j: r.metrics.energy_mj.map(|mj| mj / 1e3),
         steps: r.metrics.steps.unwrap_or(r.trace_frames),
+        answer_tokens: r.metrics.answer_tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
     }
 }
 
@@ -69,9 +71,13 @@ impl AppState {
             None => None,
         };
         let frames = match &loaded {
-            Some(l) => trace.iter().map(|f| frame_delta(f, &|t| l.tokenizer.token_text(t))).collect(),
-            // The model was deleted: the ids are all that is left.
-            None => trace.iter().map(|f| frame_delta(f, &|t| format!("#{t}"))).collect(),
+            Some(l) => {
+                let stop = stop_ids(&l.transformer.config, &r.settings, &l.tokenizer, &l.template);
+                trace.iter().map(|f| frame_delta(f, &|t| l.tokenizer.token_text(t), &stop)).collect()
+            }
+            // The model was deleted: the ids are all that is left (and which of them end the answer
+            // is not known without its tokenizer).
+            None => trace.iter().map(|f| frame_delta(f, &|t| format!("#{t}"), &[])).collect(),
         };
         // The prompt length is where the first block starts (every generated position lies after
         // it); the store keeps the settings, so the canvas is prompt + gen_length.

@@ -100,6 +100,16 @@ async fn generate_streams_frames_records_the_run_and_survives_a_reopen() {
                 assert_eq!(c.text.is_empty(), c.state == TokenState::Masked, "{c:?}");
             }
         }
+        // Stop tokens are marked as the answer's end; the summary counts the answer up to and
+        // including the first of them, never the padding after it.
+        let mut last = std::collections::BTreeMap::new();
+        for c in frames.iter().flat_map(|f| &f.changes) {
+            last.insert(c.pos, c.clone());
+        }
+        let first_end =
+            last.values().find(|c| c.end).map(|c| c.pos - prompt_tokens).expect("the answer ends in padding");
+        assert!((0..first_end).all(|i| last.get(&(prompt_tokens + i)).is_some_and(|c| c.state != TokenState::Masked)));
+        assert_eq!(summary.answer_tokens, Some(first_end + 1), "{summary:?}");
         let detail = state.get_conversation(conv_id).await.expect("conversation");
         let roles: Vec<Role> = detail.messages.iter().map(|m| m.role).collect();
         assert_eq!(roles, vec![Role::User, Role::Assistant]);
@@ -118,6 +128,7 @@ async fn generate_streams_frames_records_the_run_and_survives_a_reopen() {
     let run = state.get_run(run_id).await.expect("run");
     assert_eq!(run.summary.output, output);
     assert_eq!(run.frames.len(), n_frames);
+    assert!(run.frames.iter().flat_map(|f| &f.changes).any(|c| c.end), "stored frames keep the end marks");
     assert_eq!(run.canvas_length, run.prompt_tokens + 32);
     let tl = run.timeline.expect("CPU runs get a measured timeline");
     assert!(!tl.simulated);

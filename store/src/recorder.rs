@@ -290,6 +290,7 @@ async fn finalize(store: &Store, id: RunId, fin: Final) -> Result<()> {
     let m = o.metrics;
     let steps = m.steps.map(|v| v as i64);
     let forwards = m.forwards.map(|v| v as i64);
+    let answer_tokens = m.answer_tokens.map(|v| v.min(i64::MAX as u64) as i64);
     let timeline = fin.timeline.as_ref().map(runs::encode_timeline).transpose()?;
     let mut tx = store.write_tx().await?;
     if let Some(data) = timeline {
@@ -306,7 +307,7 @@ async fn finalize(store: &Store, id: RunId, fin: Final) -> Result<()> {
     sqlx::query!(
         r#"UPDATE runs SET status = ?, output = ?, output_tokens_json = ?, error = ?, stop_reason = ?,
                            finished_at = ?, wall_s = ?, steps = ?, forwards = ?, tokens_per_forward = ?,
-                           simulated_npu_s = ?, energy_mj = ?, owner = NULL
+                           simulated_npu_s = ?, energy_mj = ?, answer_tokens = ?, owner = NULL
            WHERE id = ?"#,
         status,
         output,
@@ -320,6 +321,7 @@ async fn finalize(store: &Store, id: RunId, fin: Final) -> Result<()> {
         m.tokens_per_forward,
         m.simulated_npu_s,
         m.energy_mj,
+        answer_tokens,
         id
     )
     .execute(&mut *tx)

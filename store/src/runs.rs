@@ -70,6 +70,8 @@ pub struct RunMetrics {
     pub simulated_npu_s: Option<f64>,
     /// Simulated energy, millijoules.
     pub energy_mj: Option<f64>,
+    /// Answer tokens up to and including the first stop token, never the padding after it.
+    pub answer_tokens: Option<u64>,
 }
 
 impl RunMetrics {
@@ -82,6 +84,7 @@ impl RunMetrics {
             tokens_per_forward: Some(out.tokens_per_forward),
             simulated_npu_s: out.simulated_s,
             energy_mj: None,
+            answer_tokens: None,
         }
     }
 }
@@ -117,6 +120,7 @@ pub fn recorded_outcome(o: &unmask_engine::run::RunOutcome) -> (RunOutcome, Opti
     let mut outcome = RunOutcome::from_decode(&o.output, o.text.clone());
     // Answer tokens only: EOS padding after the answer is not output.
     outcome.metrics.tokens_per_forward = Some(o.answer_tokens_per_forward());
+    outcome.metrics.answer_tokens = Some(o.answer_tokens as u64);
     let timeline = o.timeline.as_ref().map(|t| StoredTimeline { timeline: t.timeline.clone(), power: Some(t.power.clone()) });
     if let Some(t) = &o.timeline {
         outcome.metrics.energy_mj = Some(t.timeline.energy(&t.power).total_j * 1e3);
@@ -242,6 +246,7 @@ pub(crate) struct RunRow {
     pub tokens_per_forward: Option<f64>,
     pub simulated_npu_s: Option<f64>,
     pub energy_mj: Option<f64>,
+    pub answer_tokens: Option<i64>,
     pub trace_frames: i64,
     pub has_timeline: bool,
 }
@@ -278,6 +283,7 @@ impl TryFrom<RunRow> for RunRecord {
                 tokens_per_forward: r.tokens_per_forward,
                 simulated_npu_s: r.simulated_npu_s,
                 energy_mj: r.energy_mj,
+                answer_tokens: r.answer_tokens.map(|v| v.max(0) as u64),
             },
             trace_frames: r.trace_frames.max(0) as u64,
             has_timeline: r.has_timeline,
@@ -293,7 +299,7 @@ impl Store {
             RunRow,
             r#"SELECT id AS "id!", model_id, model_name, backend, prompt, settings_json, status, output,
                       output_tokens_json, error, stop_reason, started_at, finished_at, wall_s, steps,
-                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, trace_frames,
+                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, answer_tokens, trace_frames,
                       EXISTS (SELECT 1 FROM run_timelines t WHERE t.run_id = runs.id) AS "has_timeline!: bool"
                FROM runs ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?"#,
             limit,
@@ -311,7 +317,7 @@ impl Store {
             RunRow,
             r#"SELECT id AS "id!", model_id, model_name, backend, prompt, settings_json, status, output,
                       output_tokens_json, error, stop_reason, started_at, finished_at, wall_s, steps,
-                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, trace_frames,
+                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, answer_tokens, trace_frames,
                       EXISTS (SELECT 1 FROM run_timelines t WHERE t.run_id = runs.id) AS "has_timeline!: bool"
                FROM runs WHERE model_id = ? ORDER BY started_at DESC, id DESC LIMIT ? OFFSET ?"#,
             model_id,
@@ -329,7 +335,7 @@ impl Store {
             RunRow,
             r#"SELECT id AS "id!", model_id, model_name, backend, prompt, settings_json, status, output,
                       output_tokens_json, error, stop_reason, started_at, finished_at, wall_s, steps,
-                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, trace_frames,
+                      forwards, tokens_per_forward, simulated_npu_s, energy_mj, answer_tokens, trace_frames,
                       EXISTS (SELECT 1 FROM run_timelines t WHERE t.run_id = runs.id) AS "has_timeline!: bool"
                FROM runs WHERE id = ?"#,
             id

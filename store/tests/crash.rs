@@ -37,6 +37,7 @@ fn outcome(seed: u64) -> RunOutcome {
             tokens_per_forward: Some(2.0),
             simulated_npu_s: None,
             energy_mj: Some(seed as f64),
+            answer_tokens: Some(8),
         },
         stop_reason: Some("completed".into()),
     }

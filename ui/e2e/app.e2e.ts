@@ -1,7 +1,7 @@
 // End-to-end: the built UI in headless Chromium, IPC mocked by replaying recorded step streams.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
-import { canvasAtStep, type CanvasState } from "../src/lib/canvas";
+import { canvasAtStep, splitAtEnd, type CanvasState } from "../src/lib/canvas";
 import type { GenerateEvent, RecordedRun } from "../src/lib/contract";
 import { loadFixtures } from "../tests/fixtures";
 import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
@@ -18,7 +18,8 @@ function expectedFinal(run: RecordedRun): CanvasState {
   const frames = run.events.flatMap((e) => (e.kind === "frames" ? e.frames : []));
   return canvasAtStep(started.promptTokens, started.canvasLength, frames, frames.length);
 }
-const slotsOf = (c: CanvasState) => c.slots.map((s) => [s.state, s.state === "masked" ? "▒" : s.text]);
+// The canvas shows the answer positions; the end token and the padding after it fold into one marker.
+const slotsOf = (c: CanvasState) => splitAtEnd(c).answer.map((s) => [s.state, s.state === "masked" ? "▒" : s.text]);
 function tokensIn(page: Page, scope: string): Promise<string[][]> {
   return page.$$eval(`${scope} [data-testid=token-canvas] .tok`, (els) =>
     els.map((e) => [(e as HTMLElement).dataset.state ?? "", e.textContent ?? ""]));
@@ -80,7 +81,8 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     }
     await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; });
     await p.getByTestId("run-stats").waitFor();
-    expect(await tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(final));
+    // The pending answer became the stored message: no live canvas left beside it.
+    expect(await p.getByTestId("live").count()).toBe(0);
     const assistant = p.getByTestId("msg-assistant");
     await expect.poll(() => assistant.first().textContent()).toContain(run.detail.summary.output);
     expect(await p.getByTestId("msg-user").first().textContent()).toContain(run.request.prompt);
@@ -92,6 +94,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const replay = p.getByTestId("msg-assistant").first().getByTestId("replay");
     await replay.waitFor();
     const total = run.detail.frames.length;
+    expect(await tokensIn(p, "[data-testid=replay]")).toEqual(slotsOf(final));
     await replay.getByTestId("scrubber").fill("0");
     await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step 0 / ${total}`);
     expect((await tokensIn(p, "[data-testid=replay]")).every(([s]) => s === "masked")).toBe(true);
@@ -126,7 +129,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("stop").click();
     await expect.poll(() => p.evaluate(() => window.__UNMASK_CALLS__.some((c) => c.cmd === "stop_generation"))).toBe(true);
     await p.evaluate(() => { window.__UNMASK_HOLD_AT__ = []; window.__UNMASK_RELEASE__(); });
-    await expect.poll(() => p.getByTestId("run-stats").textContent()).toContain("cancelled");
+    await expect.poll(() => p.getByTestId("run-stats").last().textContent()).toContain("cancelled");
 
     // Copy gives feedback; deleting the conversation empties the list and the view.
     await p.getByTestId("msg-assistant").first().getByTestId("copy").click();
@@ -149,16 +152,19 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("prompt").fill(run.request.prompt);
     await p.getByTestId("send").click();
     await p.getByTestId("run-stats").waitFor();
-    expect(await tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(final));
-    expect(await p.locator("[data-testid=live] [data-testid=token-canvas] .tok.rev").count()).toBe(final.slots.filter((s) => s.revised).length);
-    expect(await p.locator("[data-testid=live] [data-testid=token-canvas] .tok.spec").count()).toBe(final.slots.filter((s) => s.speculative).length);
+    await p.getByTestId("show-steps").click();
+    await p.getByTestId("replay").waitFor();
+    expect(await tokensIn(p, "[data-testid=replay]")).toEqual(slotsOf(final));
+    const answer = splitAtEnd(final).answer;
+    expect(await p.locator("[data-testid=replay] [data-testid=token-canvas] .tok.rev").count()).toBe(answer.filter((s) => s.revised).length);
+    expect(await p.locator("[data-testid=replay] [data-testid=token-canvas] .tok.spec").count()).toBe(answer.filter((s) => s.speculative).length);
     if (run.detail.summary.simulatedS !== null) expect(await p.getByTestId("run-stats").textContent()).toContain("simulated");
     const req = await p.evaluate(() => (window.__UNMASK_CALLS__.find((c) => c.cmd === "generate")?.args as { request: unknown }).request);
     expect(req).toMatchObject({ backend: { kind: "vnpu", device: run.request.backend.device ?? "sm8750" } });
     await shot(p, "live-vnpu");
     // Phone-sized window: one column, the canvas still fully shown.
     await p.setViewportSize({ width: 390, height: 844 });
-    expect(await tokensIn(p, "[data-testid=live]")).toEqual(slotsOf(final));
+    expect(await tokensIn(p, "[data-testid=replay]")).toEqual(slotsOf(final));
     const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     expect(overflow).toBeLessThanOrEqual(0);
     await shot(p, "mobile");

@@ -6,6 +6,7 @@ import type {
   AppInfo, BackendChoice, Conversation, DecodeSettings, DownloadEvent, GenerateEvent, GenerateRequest, Message,
   ModelEntry, Preset, RecordedRun, RunDetail, RunSummary, SettingInfo,
 } from "../src/lib/contract";
+import { answerTokenCount, canvasAtStep } from "../src/lib/canvas";
 import { splitFrames } from "./split";
 
 type Chan = { id: number };
@@ -124,9 +125,13 @@ const runModel = new Map<number, number>();
 
 function recordRun(fx: RecordedRun, id: number, prompt: string, settings: DecodeSettings, status: RunSummary["status"],
   frames: number): RunDetail {
+  const kept = fx.detail.frames.slice(0, frames);
+  // A stopped replay counts the answer of the frames it got, as the app does for a cancelled run.
+  const answerTokens = status === "completed" ? fx.detail.summary.answerTokens
+    : answerTokenCount(canvasAtStep(fx.detail.promptTokens, fx.detail.canvasLength, kept, kept.length));
   const summary: RunSummary = { ...fx.detail.summary, id, prompt, settings, status, startedMs: now(),
-    steps: status === "completed" ? fx.detail.summary.steps : frames };
-  const detail: RunDetail = { ...fx.detail, summary, frames: fx.detail.frames.slice(0, frames) };
+    steps: status === "completed" ? fx.detail.summary.steps : frames, answerTokens };
+  const detail: RunDetail = { ...fx.detail, summary, frames: kept };
   runs.set(id, detail);
   const m = models.find((x) => x.name === summary.modelName) ?? models[0];
   runModel.set(id, m.id);

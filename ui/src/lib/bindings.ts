@@ -298,6 +298,11 @@ export type RunSummary = {
 	simulatedS: number | null,
 	energyJ: number | null,
 	steps: number,
+	/**
+	 *  Answer tokens up to and including the first stop token (the padding after it is not
+	 *  counted): what tokens per second are made of. Null for runs recorded before it was kept.
+	 */
+	answerTokens: number | null,
 };
 
 /**  One decoding parameter with its explanation, for the settings editor. */
@@ -351,6 +356,11 @@ export type TokenView = {
 	confidence: number,
 	speculative: boolean,
 	revised: boolean,
+	/**
+	 *  The token is one of the run's stop ids (end of text, end of turn, padding): the answer
+	 *  ends at the first such position, and what follows it is padding, not answer.
+	 */
+	end: boolean,
 };
 
 /* Tauri Specta runtime */

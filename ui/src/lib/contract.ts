@@ -13,6 +13,8 @@ export type TokenView = {
   confidence: number;
   speculative: boolean;
   revised: boolean;
+  /** One of the run's stop ids: the answer ends at the first such position, padding follows. */
+  end: boolean;
 };
 /** One denoising step: only the positions that changed (deltas), like the engine's StepFrame. */
 export type FrameDelta = {
@@ -131,6 +133,8 @@ export type RunSummary = {
   simulatedS: number | null;
   energyJ: number | null;
   steps: number;
+  /** Answer tokens up to and including the first stop token (never the padding after it). */
+  answerTokens: number | null;
 };
 /** A profiler lane. */
 export type LaneView = { id: string; label: string; kind: "npu" | "cpu" | "dma" };

@@ -61,3 +61,10 @@ export function formatProgress(bytes: number, total: number | null): string {
   if (total === null || total <= 0) return formatBytes(bytes);
   return `${formatBytes(bytes)} / ${formatBytes(total)} (${formatPercent(bytes / total)})`;
 }
+
+/** Tokens over seconds -> "12.3 tok/s"; "–" when either is missing or no time passed. */
+export function formatRate(tokens: number | null | undefined, seconds: number | null | undefined): string {
+  if (tokens === null || tokens === undefined || seconds === null || seconds === undefined) return "–";
+  if (!Number.isFinite(tokens) || !Number.isFinite(seconds) || seconds <= 0) return "–";
+  return `${formatNumber(tokens / seconds)} tok/s`;
+}

@@ -1,10 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { applyFrames, canvasAtStep, canvasText, emptyCanvas, stateCounts } from "../../src/lib/canvas";
+import {
+  answerTokenCount, applyFrames, canvasAtStep, canvasText, emptyCanvas, firstAnswerToken, readableAnswer, splitAtEnd,
+  stateCounts,
+} from "../../src/lib/canvas";
 import type { FrameDelta, TokenView } from "../../src/lib/contract";
 import { loadFixtures } from "../fixtures";
 
 const tv = (pos: number, text: string, state: TokenView["state"], extra: Partial<TokenView> = {}): TokenView => ({
-  pos, token: 100 + pos, text, state, confidence: 0.8, speculative: false, revised: false, ...extra,
+  pos, token: 100 + pos, text, state, confidence: 0.8, speculative: false, revised: false, end: false, ...extra,
 });
 const frame = (step: number, changes: TokenView[], committedTotal: number): FrameDelta => ({
   step, block: [3, 7], forwardTokens: 7, changes, stepWallS: 0.01, simulatedS: step % 2 ? 0.002 : null, committedTotal,
@@ -55,6 +58,51 @@ describe("canvas delta application", () => {
     expect(split).toEqual(once);
   });
 
+  it("folds the end token and the padding after it out of the answer, its counts and its text", () => {
+    // Positions 3..9: " a" " b" ▒ <eot> <pad> ▒ <pad>; the answer ends at the first end token.
+    let c = emptyCanvas(3, 10);
+    const eot = { end: true, confidence: 1 };
+    c = applyFrames(c, [frame(0, [tv(6, "<eot>", "stable", eot), tv(7, "<pad>", "stable", eot), tv(9, "<pad>", "stable", eot)], 3)]);
+    // Padding first, answer still masked: nothing of the answer is committed yet.
+    expect(answerTokenCount(c)).toBe(1);
+    expect(stateCounts(c)).toEqual({ masked: 3, visible: 0, stable: 0 });
+    expect(firstAnswerToken(c)).toBeNull();
+    c = applyFrames(c, [frame(1, [tv(3, " a", "stable"), tv(4, " b", "visible")], 5)]);
+    const { answer, tail } = splitAtEnd(c);
+    expect(answer.map((s) => s.pos)).toEqual([3, 4, 5]);
+    expect(tail.map((s) => s.pos)).toEqual([6, 7, 8, 9]);
+    expect(answerTokenCount(c)).toBe(3);
+    expect(stateCounts(c)).toEqual({ masked: 1, visible: 1, stable: 1 });
+    expect(canvasText(c)).toBe(" a b");
+    expect(readableAnswer(c)).toBe(" a b");
+    // No end token: every position belongs to the answer.
+    expect(splitAtEnd(applyFrames(emptyCanvas(3, 5), [frame(0, [tv(3, "x", "stable")], 1)])).tail).toEqual([]);
+  });
+
+  it("reads the answer aloud only up to the first gap", () => {
+    const c = applyFrames(emptyCanvas(3, 7), [frame(0, [tv(3, "A", "stable"), tv(5, "C", "stable")], 2)]);
+    expect(readableAnswer(c)).toBe("A");
+    expect(canvasText(c)).toBe("AC");
+  });
+
+  it("times the first answer token from the cumulative step times, measured and simulated", () => {
+    // Step 0 commits only padding, step 1 the first answer token, step 2 rewrites it (time kept).
+    const frames = [
+      frame(0, [tv(6, "<eot>", "stable", { end: true })], 1),
+      frame(1, [tv(4, " b", "stable")], 2),
+      frame(2, [tv(4, " B", "stable", { revised: true }), tv(3, " a", "stable")], 3),
+    ];
+    const c = canvasAtStep(3, 7, frames, 3);
+    const first = firstAnswerToken(c);
+    expect(first?.wallS).toBeCloseTo(0.02);
+    expect(first?.simulatedS).toBeCloseTo(0.002);
+    expect(c.slots[1].committedAtS).toBeCloseTo(0.02);
+    expect(c.slots[0].committedAtS).toBeCloseTo(0.03);
+    // Re-masking forgets the commit time.
+    const remasked = applyFrames(c, [frame(3, [tv(4, "", "masked")], 2)]);
+    expect(remasked.slots[1].committedAtS).toBeNull();
+  });
+
   it("canvasAtStep clamps to the frames there are", () => {
     const frames = [frame(0, [tv(3, " a", "stable")], 1), frame(1, [tv(4, " b", "stable")], 2)];
     expect(canvasText(canvasAtStep(3, 7, frames, 0))).toBe("");
@@ -82,9 +130,22 @@ describe.each(loadFixtures())("recorded stream $name", ({ run }) => {
     expect(live).toEqual(replay);
     const last = run.detail.frames[run.detail.frames.length - 1];
     const counts = stateCounts(live);
+    const { answer, tail } = splitAtEnd(live);
     if (run.detail.summary.status === "completed") {
-      expect(counts.visible + counts.stable).toBe(last.committedTotal);
+      // Every committed position is either answer or the end token and padding folded after it.
+      expect(counts.visible + counts.stable + tail.filter((s) => s.state !== "masked").length).toBe(last.committedTotal);
     }
-    expect(live.slots.length).toBe(run.detail.canvasLength - run.detail.promptTokens);
+    expect(answer.length + tail.length).toBe(run.detail.canvasLength - run.detail.promptTokens);
+  });
+
+  it("marks the padding, and counts answer tokens as the engine's summary does", () => {
+    const final = canvasAtStep(run.detail.promptTokens, run.detail.canvasLength, run.detail.frames,
+      run.detail.frames.length);
+    const { answer, tail } = splitAtEnd(final);
+    expect(tail.length).toBeGreaterThan(1);
+    expect(answer.every((s) => s.state !== "masked" && !s.end)).toBe(true);
+    expect(answerTokenCount(final)).toBe(run.detail.summary.answerTokens);
+    expect(canvasText(final).trim()).toBe(run.detail.summary.output);
+    expect(firstAnswerToken(final)).not.toBeNull();
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { formatBytes, formatDuration, formatEnergy, formatNumber, formatPercent, formatProgress } from "../../src/lib/format";
+import { formatBytes, formatDuration, formatEnergy, formatNumber, formatPercent, formatProgress, formatRate } from "../../src/lib/format";
 
 describe("formatting", () => {
   it("bytes", () => {
@@ -8,6 +8,12 @@ describe("formatting", () => {
     expect(formatBytes(17.8 * 1024 * 1024)).toBe("17.8 MiB");
     expect(formatBytes(8 * 1024 ** 3)).toBe("8.00 GiB");
     expect(formatBytes(null)).toBe("–");
+  });
+  it("rates", () => {
+    expect(formatRate(7, 0.5)).toBe("14 tok/s");
+    expect(formatRate(7, 0)).toBe("–");
+    expect(formatRate(null, 1)).toBe("–");
+    expect(formatRate(3, null)).toBe("–");
   });
   it("durations", () => {
     expect(formatDuration(0)).toBe("0 s");
