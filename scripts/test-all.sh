@@ -46,3 +46,7 @@ cargo test --workspace --no-fail-fast 2>&1
 
 # The real app window under Xvfb, generating once with the embedded model (src-tauri).
 bash scripts/app-smoke.sh
+
+# The real app window driven over WebDriver (tauri-driver + WebKitWebDriver): chat, profile,
+# compare, import, delete, with the embedded model generating (reuses the smoke test's build).
+bash scripts/app-e2e.sh

@@ -48,6 +48,12 @@ fn is_builtin(name: &str) -> bool {
     builtin().iter().any(|(n, ..)| *n == name)
 }
 
+/// Place of a built-in preset in [`builtin`] (the reference decoder first, since the UI starts
+/// with the first preset); user presets come after all of them.
+fn builtin_rank(name: &str) -> usize {
+    builtin().iter().position(|(n, ..)| *n == name).unwrap_or(usize::MAX)
+}
+
 /// Adds any missing built-in preset (idempotent; run at startup).
 pub async fn ensure_builtin(store: &Store) -> AppResult<()> {
     for (name, description, settings, backend) in builtin() {
@@ -77,10 +83,10 @@ fn view(p: &unmask_store::Preset) -> Preset {
 }
 
 impl AppState {
-    /// Every preset, built-in ones first.
+    /// Every preset: the built-in ones first in their declared order, then the user's by name.
     pub async fn list_presets(&self) -> AppResult<Vec<Preset>> {
         let mut v: Vec<Preset> = self.store.list_presets().await?.iter().map(view).collect();
-        v.sort_by_key(|p| (!p.builtin, p.name.to_lowercase()));
+        v.sort_by_key(|p| (builtin_rank(&p.name), p.name.to_lowercase()));
         Ok(v)
     }
 

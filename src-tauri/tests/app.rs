@@ -61,6 +61,9 @@ async fn first_launch_registers_the_embedded_model_and_built_in_presets() {
     assert!(info.memory_bytes > 0 && info.threads > 0);
     let presets = state.list_presets().await.expect("presets");
     assert_eq!(presets.iter().filter(|p| p.builtin).count(), 3, "{presets:?}");
+    // The UI starts with the first preset: it must be the reference decoder, not a faster approximation.
+    assert!(presets[0].builtin && presets[0].settings.threshold.is_none() && !presets[0].settings.speculative, "{presets:?}");
+    assert_eq!(presets[0].settings.cache, unmask_app_lib::dto::CacheChoice::None, "{presets:?}");
     let spec = presets.iter().find(|p| p.settings.speculative).expect("speculative preset");
     assert!(spec.settings.revision);
     assert_eq!(spec.backend, BackendChoice::vnpu("sm8750"));

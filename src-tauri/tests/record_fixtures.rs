@@ -1,6 +1,8 @@
 //! Records real step streams of the embedded model for the UI's tests:
 //! `ui/tests/fixtures/reference-cpu.json` and `spec-revision-vnpu.json`, each
-//! `{ request, events: GenerateEvent[], detail: RunDetail }`.
+//! `{ request, events: GenerateEvent[], detail: RunDetail }`, plus `recorded-from.json` naming the
+//! model they came from (checked by `tests/fixtures_fresh.rs`, so CI fails when the embedded model
+//! changes and the fixtures were not re-recorded).
 //!
 //! Ignored in normal runs (it rewrites committed files, and wall times differ per run):
 //! `cargo test -p unmask-app --test record_fixtures -- --ignored` (`UNMASK_FIXTURES_DIR` overrides
@@ -32,6 +34,15 @@ async fn record_fixtures() -> anyhow::Result<()> {
             BackendChoice::vnpu("sm8750"),
         ),
     ];
+    let embedded = state
+        .list_models()
+        .await
+        .map_err(|e| anyhow::anyhow!(e.message))?
+        .into_iter()
+        .find(|m| m.embedded)
+        .ok_or_else(|| anyhow::anyhow!("the embedded model is not registered"))?;
+    let from = serde_json::json!({ "model": embedded.name, "sha256": embedded.sha256 });
+    std::fs::write(out.join("recorded-from.json"), serde_json::to_string_pretty(&from)? + "\n")?;
     for (file, prompt, settings, backend) in cases {
         let request = GenerateRequest {
             conversation_id: None,

@@ -1,5 +1,6 @@
 // The real Tauri app (WebKitGTK under Xvfb) driven over WebDriver: the embedded model really
 // generates, the real store records the runs, nothing is mocked.
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -37,10 +38,16 @@ async function tab(id: string): Promise<void> {
   }
   throw new Error(`no visible tab ${id}`);
 }
+// WebKitWebDriver's own screenshot command can take minutes under Xvfb; the X display is grabbed
+// instead (ImageMagick, as the smoke test does).
 async function shot(name: string): Promise<void> {
   if (!shotDir) return;
   fs.mkdirSync(shotDir, { recursive: true });
-  fs.writeFileSync(path.join(shotDir, `${name}.png`), await d.takeScreenshot(), "base64");
+  execFileSync("import", ["-window", "root", path.join(shotDir, `${name}.png`)], { timeout: 30_000 });
+}
+const t0 = Date.now();
+function progress(what: string): void {
+  if (process.env.UNMASK_APP_E2E_VERBOSE) console.error(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
 }
 async function send(prompt: string): Promise<void> {
   const box = await el("prompt");
@@ -48,10 +55,12 @@ async function send(prompt: string): Promise<void> {
   await box.sendKeys(prompt);
   const before = (await all("[data-testid=msg-assistant]")).length;
   await (await el("send")).click();
-  // The canvas is live while the run streams; the run ends in an assistant message.
-  await el("token-canvas");
+  progress(`sent ${JSON.stringify(prompt)}`);
+  // While the run streams the pending answer is the live canvas; it ends as an assistant message
+  // with its run stats.
   await waitFor(`an answer to ${JSON.stringify(prompt)}`,
-    async () => (await all("[data-testid=msg-assistant]")).length > before && (await all("[data-testid=stop]")).length === 0);
+    async () => (await all("[data-testid=msg-assistant]")).length > before && (await all("[data-testid=live]")).length === 0);
+  progress("answered");
 }
 
 beforeAll(async () => {
@@ -77,6 +86,7 @@ describe("the real app window (tauri-driver + WebKitWebDriver)", () => {
 
   it("profiler: the run's lanes and steps are shown", async () => {
     await (await el("profile")).click();
+    progress("profiler opened");
     await el("timeline");
     await waitFor("profiler lanes", async () => (await all("[data-testid=lane]")).length > 0);
     await waitFor("step rows", async () => (await all("[data-testid=step-table] tbody tr")).length > 0);
@@ -101,13 +111,9 @@ describe("the real app window (tauri-driver + WebKitWebDriver)", () => {
     if (!dir) throw new Error("UNMASK_IMPORT_MODEL is not set: run through scripts/app-e2e.sh");
     await tab("models");
     const before = (await all("[data-testid=model-row]")).length;
-    const input = await el("import-path");
-    if (!(await input.isDisplayed())) {
-      // The typed path sits behind a disclosure when a file picker is offered.
-      const more = await all("[data-testid=import-advanced]");
-      if (more.length) await more[0].click();
-    }
-    await input.sendKeys(dir);
+    // The typed path is the fallback beside the native file picker (which WebDriver cannot drive).
+    await (await d.findElement(By.css("[data-testid=import-advanced] summary"))).click();
+    await (await el("import-path")).sendKeys(dir);
     await (await el("import")).click();
     await waitFor("the imported model in the table", async () => (await all("[data-testid=model-row]")).length === before + 1);
     await shot("real-models");
@@ -115,12 +121,12 @@ describe("the real app window (tauri-driver + WebKitWebDriver)", () => {
 
   it("chat: deleting a conversation removes it", async () => {
     await tab("chat");
-    const count = async () => (await all("[data-testid=conversations] li [data-testid=delete-conversation]")).length;
+    const count = async () => (await all("[data-testid=conversation-actions]")).length;
     const before = await count();
     expect(before).toBeGreaterThanOrEqual(1);
-    await (await all("[data-testid=delete-conversation]"))[0].click();
-    const confirm = await all("[data-testid=confirm-delete-conversation]");
-    if (confirm.length) await confirm[0].click();
+    await (await all("[data-testid=conversation-actions]"))[0].click();
+    await (await el("delete-conversation")).click();
+    await (await el("confirm-delete-conversation")).click();
     await waitFor("one conversation fewer", async () => (await count()) === before - 1);
   });
 });

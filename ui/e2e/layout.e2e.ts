@@ -174,6 +174,7 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
 
     // An error on another screen shows there, is dismissed by its button or by leaving the screen.
     await openTab(p, "models");
+    await p.locator("[data-testid=import-advanced] summary").click();
     await p.getByTestId("import-path").fill("/data/missing-model");
     await p.getByTestId("import").click();
     await expect.poll(() => banner.textContent()).toContain("no model at /data/missing-model");

@@ -59,6 +59,7 @@ export async function openScreen(p: Page, s: Screen): Promise<void> {
       const rows = p.getByTestId("model-row");
       await expect.poll(() => rows.count()).toBeGreaterThan(0);
       if ((await rows.count()) < 2) {
+        await p.locator("[data-testid=import-advanced] summary").click();
         await p.getByTestId("import-path").fill("/data/models/LLaDA-8B-Instruct-Q4_K.gguf");
         await p.getByTestId("import").click();
         await expect.poll(() => rows.count()).toBe(2);

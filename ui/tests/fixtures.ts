@@ -12,7 +12,8 @@ export type Fixture = { name: string; run: RecordedRun; real: boolean };
 
 function jsonFiles(dir: string): string[] {
   if (!fs.existsSync(dir)) return [];
-  return fs.readdirSync(dir).filter((f) => f.endsWith(".json")).sort();
+  // recorded-from.json names the model the recordings came from; it is not a run.
+  return fs.readdirSync(dir).filter((f) => f.endsWith(".json") && f !== "recorded-from.json").sort();
 }
 
 /** Folder the fixtures come from. */
