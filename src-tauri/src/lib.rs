@@ -10,6 +10,7 @@ pub mod conversations;
 pub mod downloads;
 pub mod dto;
 pub mod error;
+pub mod fixtures;
 pub mod generate;
 pub mod models;
 pub mod presets;

@@ -1,7 +1,8 @@
 //! The UI's recorded fixtures (`ui/tests/fixtures/`) must come from the embedded model as it is now:
 //! when the model's weights change, this fails until the fixtures are re-recorded with
 //! `cargo test -p unmask-app --test record_fixtures -- --ignored`, so the UI tests and the committed
-//! screenshots never show answers the model no longer gives.
+//! screenshots never show answers the model no longer gives; the same holds for the settings schema,
+//! model entry and devices that the e2e mock serves (`app-data.json`).
 
 use std::path::PathBuf;
 
@@ -29,10 +30,20 @@ async fn fixtures_were_recorded_from_the_current_embedded_model() -> anyhow::Res
         "the embedded model {} changed since ui/tests/fixtures were recorded; {rerecord}",
         embedded.name
     );
+    // The e2e mock serves this schema, model entry and device list: they must be what the app has now.
+    let data_path = fixtures_dir().join(unmask_app_lib::fixtures::APP_DATA_FILE);
+    let committed: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&data_path).map_err(|e| anyhow::anyhow!("{}: {e}; {rerecord}", data_path.display()))?,
+    )?;
+    let info = state.app_info().await.map_err(|e| anyhow::anyhow!(e.message))?;
+    let current = unmask_app_lib::fixtures::app_data(embedded, &info.devices)?;
+    for key in ["schema", "models", "devices"] {
+        assert_eq!(committed[key], current[key], "{}: `{key}` is out of date; {rerecord}", data_path.display());
+    }
     // Every recording names that model in its run summary.
     for entry in std::fs::read_dir(fixtures_dir())? {
         let path = entry?.path();
-        if path.extension().is_none_or(|e| e != "json") || path == from_path {
+        if path.extension().is_none_or(|e| e != "json") || path == from_path || path == data_path {
             continue;
         }
         let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;

@@ -2,7 +2,8 @@
 //! `ui/tests/fixtures/reference-cpu.json` and `spec-revision-vnpu.json`, each
 //! `{ request, events: GenerateEvent[], detail: RunDetail }`, plus `recorded-from.json` naming the
 //! model they came from (checked by `tests/fixtures_fresh.rs`, so CI fails when the embedded model
-//! changes and the fixtures were not re-recorded).
+//! changes and the fixtures were not re-recorded), and `app-data.json`: the settings schema, the
+//! embedded model's entry and the device list that the UI's e2e mock serves.
 //!
 //! Ignored in normal runs (it rewrites committed files, and wall times differ per run):
 //! `cargo test -p unmask-app --test record_fixtures -- --ignored` (`UNMASK_FIXTURES_DIR` overrides
@@ -43,6 +44,9 @@ async fn record_fixtures() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the embedded model is not registered"))?;
     let from = serde_json::json!({ "model": embedded.name, "sha256": embedded.sha256 });
     std::fs::write(out.join("recorded-from.json"), serde_json::to_string_pretty(&from)? + "\n")?;
+    let info = state.app_info().await.map_err(|e| anyhow::anyhow!(e.message))?;
+    let app_data = unmask_app_lib::fixtures::app_data(&embedded, &info.devices)?;
+    std::fs::write(out.join(unmask_app_lib::fixtures::APP_DATA_FILE), serde_json::to_string_pretty(&app_data)? + "\n")?;
     for (file, prompt, settings, backend) in cases {
         let request = GenerateRequest {
             conversation_id: None,

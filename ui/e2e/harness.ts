@@ -6,7 +6,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
-import { loadFixtures } from "../tests/fixtures";
+import { loadAppData, loadFixtures } from "../tests/fixtures";
 
 const uiRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 export const distDir = path.join(uiRoot, "dist");
@@ -48,6 +48,7 @@ export async function mockScript(opts: { stepMs: number; dlTicks: number }): Pro
   });
   const fixtures = loadFixtures().map((f) => ({ name: f.name, run: f.run }));
   return `window.__UNMASK_FIXTURES__ = ${JSON.stringify(fixtures)};\n` +
+    `window.__UNMASK_APP_DATA__ = ${JSON.stringify(loadAppData())};\n` +
     `window.__UNMASK_STEP_MS__ = ${opts.stepMs}; window.__UNMASK_DL_TICKS__ = ${opts.dlTicks};\n` +
     out.outputFiles[0].text;
 }

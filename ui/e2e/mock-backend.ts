@@ -8,6 +8,7 @@ import type {
 } from "../src/lib/contract";
 import { answerTokenCount, canvasAtStep } from "../src/lib/canvas";
 import { splitFrames } from "./split";
+import type { AppData } from "../tests/fixtures";
 
 type Chan = { id: number };
 type Internals = { runCallback: (id: number, data: unknown) => void };
@@ -15,6 +16,8 @@ type NamedRun = { name: string; run: RecordedRun };
 declare global {
   interface Window {
     __UNMASK_FIXTURES__: NamedRun[];
+    /** The app's settings schema, embedded model entry and devices (see tests/fixtures.ts). */
+    __UNMASK_APP_DATA__: AppData;
     /** Commands the UI invoked, for assertions. */
     __UNMASK_CALLS__: { cmd: string; args: unknown }[];
     /** Delay between streamed events, ms. */
@@ -83,32 +86,17 @@ function fixtureFor(backend: BackendChoice, settings: DecodeSettings): RecordedR
 }
 
 const base = fixtures[0].run.request.settings;
-// Mirrors src-tauri's settings_schema (ranges, optional settings, the model kinds each applies to).
-const D = ["diffusion"];
-const schema: SettingInfo[] = [
-  { key: "genLength", label: "Answer length (tokens)", explanation: "Tokens in the answer canvas; a multiple of the block length.", kind: "int", min: 1, max: 4096, options: null, default: base.genLength, appliesTo: null, toggleLabel: null },
-  { key: "blockLength", label: "Block length (tokens)", explanation: "Tokens denoised together, left to right block by block.", kind: "int", min: 1, max: 4096, options: null, default: base.blockLength, appliesTo: D, toggleLabel: null },
-  { key: "steps", label: "Denoising steps", explanation: "Denoising steps over the whole canvas.", kind: "int", min: 1, max: 4096, options: null, default: base.steps, appliesTo: D, toggleLabel: null },
-  { key: "temperature", label: "Temperature", explanation: "0 picks the most likely token.", kind: "float", min: 0, max: 2, options: null, default: base.temperature, appliesTo: null, toggleLabel: null },
-  { key: "remasking", label: "Remasking", explanation: "Which predictions to keep each step.", kind: "choice", min: null, max: null, options: ["lowConfidence", "random"], default: base.remasking, appliesTo: ["llada"], toggleLabel: null },
-  { key: "cache", label: "KV cache", explanation: "Reuse K/V of positions outside the block.", kind: "choice", min: null, max: null, options: ["none", "prefix", "dual"], default: base.cache, appliesTo: D, toggleLabel: null },
-  { key: "threshold", label: "Confidence threshold", explanation: "Commit every token above it (parallel decoding).", kind: "float", min: 0.01, max: 1, options: null, default: 0.9, appliesTo: D, toggleLabel: "Parallel decoding by confidence threshold" },
-  { key: "algorithm", label: "Dream position selection", explanation: "Dream's unmasking order.", kind: "choice", min: null, max: null, options: ["origin", "maskgitPlus", "margin", "entropy"], default: "origin", appliesTo: ["dream"], toggleLabel: "Choose the position selection (else the model's default)" },
-  { key: "speculative", label: "Speculative drafts", explanation: "Draft tokens of the next block early.", kind: "bool", min: null, max: null, options: null, default: false, appliesTo: D, toggleLabel: null },
-  { key: "revision", label: "Progressive revision", explanation: "Let later steps rewrite committed tokens.", kind: "bool", min: null, max: null, options: null, default: false, appliesTo: D, toggleLabel: null },
-  { key: "moe", label: "Mixture-of-experts execution", explanation: "How the experts run.", kind: "choice", min: null, max: null, options: ["cpu", "naive", "staticTiers"], default: "cpu", appliesTo: ["moe"], toggleLabel: null },
-  { key: "cfgScale", label: "Guidance scale (CFG)", explanation: "Classifier-free guidance; 0 is off.", kind: "float", min: 0, max: 10, options: null, default: 0, appliesTo: ["llada"], toggleLabel: null },
-  { key: "seed", label: "Seed", explanation: "Random seed.", kind: "int", min: 0, max: 4294967295, options: null, default: base.seed, appliesTo: null, toggleLabel: null },
-];
+// The settings schema, the embedded model's entry and the devices are the app's own, recorded by
+// src-tauri next to the fixtures (tests/fixtures/app-data.json).
+const appData = window.__UNMASK_APP_DATA__;
+if (!appData) throw new Error("mock backend: no app data injected");
+const schema: SettingInfo[] = appData.schema;
 
 let nextId = 100;
 const info: AppInfo = { version: "0.1.0-e2e", dataDir: "/home/user/.local/share/dev.unmask.app", cpu: "Mock CPU", threads: 2,
-  memoryBytes: 8 * 1024 ** 3, availableMemoryBytes: 5 * 1024 ** 3, defaultModelId: 1, devices: ["sm8750", "sm8650"] };
-const models: ModelEntry[] = [{ id: 1, name: "tiny-llada", architecture: "llada", format: "safetensors", quantisation: "f32",
-  sizeBytes: 17_800_000, sha256: "ab".repeat(32), source: "embedded", path: "models/tiny-llada", addedMs: now() - 86_400_000,
-  usedMs: null, embedded: true, fitsMemory: true, runCount: 0, moeCalibration: null,
-  // tiny-llada: 6 layers x 2 x (4 kv heads x 48) x 4 bytes (f32 K/V).
-  kinds: ["diffusion", "llada"], weightsBytes: 8_907_808, kvBytesPerToken: 9216, contextTokens: 256 }];
+  memoryBytes: 8 * 1024 ** 3, availableMemoryBytes: 5 * 1024 ** 3, defaultModelId: 1, devices: appData.devices };
+const models: ModelEntry[] = [{ ...appData.models[0], id: 1, path: "models/tiny-llada", source: "embedded", addedMs: now() - 86_400_000,
+  usedMs: null, runCount: 0, fitsMemory: true }];
 /** Path that the native file picker "returns" (null: the user cancels). */
 let pickedPath: string | null = null;
 window.__UNMASK_PICK__ = (p) => { pickedPath = p; };
