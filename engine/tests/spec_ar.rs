@@ -356,3 +356,34 @@ fn a_virtual_npu_target_stays_exact_and_is_charged_simulated_time() {
         assert_eq!(stats.verify_forwards, out.forwards);
     }
 }
+
+/// Two asynchronous runs at once (two chat requests on a server) both finish: each run's
+/// drafter and verifier loops block inside thread pools of their own, never in pools another
+/// run is holding.
+#[test]
+fn concurrent_asynchronous_runs_both_finish() {
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for salt in 0..2u32 {
+        let done_tx = done_tx.clone();
+        std::thread::spawn(move || {
+            let mut target = Bigram::new(4, 2.0, 0);
+            let mut draft = Bigram::new(4, 3.0, 1 + salt);
+            let spec = SpecArSettings { schedule: SpecSchedule::Async, draft_len: 2, ..Default::default() };
+            for seed in 0..200 {
+                let s = DecodeSettings { gen_length: 6, temperature: 1.0, seed, ..Default::default() };
+                let r = generate_speculative(&mut target, &mut draft, &[0], &s, &spec, &CancelFlag::new(), &mut discard_frames, &mut SpecArCaches::default());
+                if let Err(e) = r {
+                    let _ = done_tx.send(Err(e.to_string()));
+                    return;
+                }
+            }
+            let _ = done_tx.send(Ok(()));
+        });
+    }
+    for _ in 0..2 {
+        match done_rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(r) => r.expect("asynchronous run"),
+            Err(_) => panic!("two concurrent asynchronous runs did not finish within 120 s (deadlock)"),
+        }
+    }
+}

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
@@ -59,20 +59,19 @@ struct DrafterReport {
     wait_s: f64,
 }
 
-/// The two thread pools of the asynchronous schedule, built once per process: one thread for
-/// the drafter, the rest for the verifier (kernels called inside a pool use only its threads).
-fn task_pools(threads: usize) -> Result<(&'static rayon::ThreadPool, &'static rayon::ThreadPool)> {
-    static POOLS: OnceLock<std::result::Result<(rayon::ThreadPool, rayon::ThreadPool), String>> = OnceLock::new();
-    let built = POOLS.get_or_init(|| {
-        let pool = |n: usize, name: &'static str| {
-            rayon::ThreadPoolBuilder::new().num_threads(n).thread_name(move |i| format!("{name}-{i}")).build().map_err(|e| e.to_string())
-        };
-        Ok((pool(1, "drafter")?, pool(threads.saturating_sub(1).max(1), "verifier")?))
-    });
-    match built {
-        Ok((d, v)) => Ok((d, v)),
-        Err(e) => Err(EngineError::Backend { backend: "spec-async".into(), reason: format!("thread pool: {e}") }),
-    }
+/// The two thread pools of one asynchronous run: one thread for the drafter, the rest for the
+/// verifier (kernels called inside a pool use only its threads). Each run builds its own: both
+/// loops block inside their pool while waiting for the other side, so two concurrent runs that
+/// shared one-thread pools would each hold the thread the other needs and never finish.
+fn task_pools(threads: usize) -> Result<(rayon::ThreadPool, rayon::ThreadPool)> {
+    let pool = |n: usize, name: &'static str| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(move |i| format!("{name}-{i}"))
+            .build()
+            .map_err(|e| EngineError::Backend { backend: "spec-async".into(), reason: format!("thread pool: {e}") })
+    };
+    Ok((pool(1, "drafter")?, pool(threads.saturating_sub(1).max(1), "verifier")?))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -89,6 +88,7 @@ pub(super) fn run(
 ) -> Result<()> {
     let threads = crate::threads::count();
     let (draft_pool, verify_pool) = task_pools(threads)?;
+    let (draft_pool, verify_pool) = (&draft_pool, &verify_pool);
     let (draft_tx, draft_rx) = mpsc::sync_channel::<Draft>(spec.max_ahead);
     let (verdict_tx, verdict_rx) = mpsc::channel::<Verdict>();
     let clock: VerifierClock = Arc::new(Clocks::default());
