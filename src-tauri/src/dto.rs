@@ -326,8 +326,9 @@ pub struct ModelEntry {
     pub added_ms: i64,
     pub used_ms: Option<i64>,
     pub embedded: bool,
-    /// Whether weights + K/V at the default settings fit the available memory (the UI
-    /// recomputes it for the current settings from the fields below).
+    /// Whether weights + working memory (K/V, activations, logits) at the default settings fit
+    /// the available memory (the UI recomputes it for the current settings from the fields below,
+    /// which are the engine's `WorkingSetRates`).
     pub fits_memory: bool,
     /// What the model is, for the settings that apply to it: `diffusion` or `autoregressive`,
     /// `llada` (LLaDA-style scoring, CFG) or `dream`, and `moe` for mixture-of-experts models.
@@ -337,6 +338,11 @@ pub struct ModelEntry {
     /// K/V cache bytes per context token (layers x 2 x kv heads x head dim x bytes per element
     /// as the engine stores K/V); 0 when the config could not be read.
     pub kv_bytes_per_token: u64,
+    /// One forward's activations per forwarded token (every step may forward the whole canvas).
+    pub activation_bytes_per_token: u64,
+    /// One logits row (vocabulary x (f32 + two f64 copies)); a diffusion run holds one per answer
+    /// token, an autoregressive run one.
+    pub logits_bytes_per_row: u64,
     /// The model's context length in tokens (prompt + answer).
     pub context_tokens: u32,
     pub run_count: u32,

@@ -36,6 +36,9 @@ pub fn run() {
     let result = tauri::Builder::default()
         // Native file/folder picker for model import.
         .plugin(tauri_plugin_dialog::init())
+        // Links in answers (`target="_blank"`, http(s)/mailto only) open in the system browser;
+        // without it WebKitGTK drops new-window requests and a click does nothing.
+        .plugin(tauri_plugin_opener::init())
         .invoke_handler(specta.invoke_handler())
         .setup(move |app| {
             specta.mount_events(app.handle());

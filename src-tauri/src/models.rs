@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use unmask_engine::model::config::ModelConfig;
+use unmask_engine::decode::WorkingSetRates;
 use unmask_store::{ModelFile, ModelId, ModelRecord};
 
 use crate::dto::{AppInfo, Conversation, ConversationDetail, Message, ModelEntry, Role, RunSummary};
@@ -12,22 +12,17 @@ use crate::error::{AppError, AppResult};
 use crate::runs::MAX_LIST;
 use crate::state::AppState;
 
-/// Allowance for the app itself and one forward's activations, beyond weights and K/V.
+/// Allowance for the app itself (runtime, UI, tokenizer), beyond weights and the run's working set.
 pub const MEMORY_OVERHEAD: u64 = 256 << 20;
 /// Prompt tokens (conversation so far) the default memory estimate reserves room for; the UI
 /// uses the same budget with the current answer length.
 pub const PROMPT_BUDGET_TOKENS: u64 = 1024;
 
-/// K/V cache bytes per context token: K and V rows of every layer, stored as f32 by the engine
-/// (`KvCache`).
-pub fn kv_bytes_per_token(cfg: &ModelConfig) -> u64 {
-    let elems = (cfg.n_layers as u64).saturating_mul(2).saturating_mul(cfg.kv_dim() as u64);
-    elems.saturating_mul(std::mem::size_of::<f32>() as u64)
-}
-
-/// Memory a model needs to decode with `context_tokens` in its K/V cache.
-pub fn memory_needed(weights_bytes: u64, kv_bytes_per_token: u64, context_tokens: u64) -> u64 {
-    weights_bytes.saturating_add(kv_bytes_per_token.saturating_mul(context_tokens)).saturating_add(MEMORY_OVERHEAD)
+/// Memory a model needs to decode an answer of `answer_tokens` after `prompt_tokens`: weights, the
+/// engine's working set (K/V, activations, logits rows) and the app's allowance.
+pub fn memory_needed(weights_bytes: u64, rates: &WorkingSetRates, prompt_tokens: u64, answer_tokens: u64) -> u64 {
+    let working = u64::try_from(rates.bytes(prompt_tokens, answer_tokens)).unwrap_or(u64::MAX);
+    weights_bytes.saturating_add(working).saturating_add(MEMORY_OVERHEAD)
 }
 
 /// Whether that need fits `available` bytes; unknown memory (0) never claims a fit.
@@ -119,10 +114,12 @@ impl AppState {
         let weights = weights_bytes(&self.store.model_files(m.id).await?, m.size_bytes);
         // A config stored by an older version may not parse; the entry still lists the model.
         let cfg = m.engine_config().ok();
-        let kv_per_token = cfg.as_ref().map_or(0, kv_bytes_per_token);
+        let rates = cfg.as_ref().map(WorkingSetRates::of);
         let context = cfg.as_ref().map_or(0, |c| u32::try_from(c.max_seq).unwrap_or(u32::MAX));
-        let default_gen = u64::from(crate::dto::DecodeSettings::default().gen_length);
-        let tokens = (PROMPT_BUDGET_TOKENS + default_gen).min(u64::from(context).max(default_gen));
+        let answer = u64::from(crate::dto::DecodeSettings::default().gen_length);
+        // The UI's rule (ui/src/lib/memory.ts): the prompt budget shrinks to what the context leaves.
+        let prompt = PROMPT_BUDGET_TOKENS.min(u64::from(context).saturating_sub(answer));
+        let needed = rates.as_ref().map(|r| memory_needed(weights, r, prompt, answer));
         Ok(ModelEntry {
             id: m.id,
             name: m.name.clone(),
@@ -136,10 +133,12 @@ impl AppState {
             added_ms: m.added_at,
             used_ms: m.last_used_at,
             embedded: self.is_embedded(m),
-            fits_memory: fits_memory(memory_needed(weights, kv_per_token, tokens), available),
+            fits_memory: needed.is_some_and(|n| fits_memory(n, available)),
             kinds: cfg.as_ref().map(crate::schema::model_kinds).unwrap_or_default(),
             weights_bytes: weights,
-            kv_bytes_per_token: kv_per_token,
+            kv_bytes_per_token: rates.map_or(0, |r| r.kv_per_token),
+            activation_bytes_per_token: rates.map_or(0, |r| r.activations_per_token),
+            logits_bytes_per_row: rates.map_or(0, |r| r.logits_per_row),
             context_tokens: context,
             run_count: counts.get(&m.id).copied().unwrap_or(0),
             moe_calibration: self.calibration_summary(m.id).await?,
@@ -240,26 +239,32 @@ pub(crate) fn conversation_view(c: &unmask_store::Conversation) -> Conversation 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use unmask_engine::model::config::ModelConfig;
 
     #[test]
-    fn memory_need_is_weights_plus_kv_at_the_context() {
+    fn memory_need_is_weights_plus_kv_activations_and_logits() {
         let gib = 1u64 << 30;
-        let need = memory_needed(4 * gib, 1 << 20, 2048);
-        assert_eq!(need, 4 * gib + 2 * gib + MEMORY_OVERHEAD);
+        let rates = WorkingSetRates { kv_per_token: 1 << 20, activations_per_token: 1 << 10, logits_per_row: 1 << 20, logits_row_per_answer_token: true };
+        let need = memory_needed(4 * gib, &rates, 1792, 256);
+        assert_eq!(need, 4 * gib + 2 * gib + 2048 * 1024 + 256 * (1 << 20) + MEMORY_OVERHEAD);
         assert!(fits_memory(need, 7 * gib));
         assert!(!fits_memory(need, 6 * gib), "the K/V cache counts");
         assert!(!fits_memory(1, 0), "unknown memory never claims a fit");
     }
 
     #[test]
-    fn kv_bytes_per_token_counts_k_and_v_of_every_layer_in_f32() {
+    fn llada_8b_holds_1_mib_of_kv_and_2_4_mib_of_logits_per_token() {
         let dir = crate::backends::embedded_model_dir().expect("embedded model");
         let cfg = ModelConfig::from_hf_file(&dir.join("config.json")).expect("config");
-        let want = cfg.n_layers as u64 * 2 * (cfg.n_kv_heads * cfg.head_dim) as u64 * 4;
-        assert_eq!(kv_bytes_per_token(&cfg), want);
-        // LLaDA-8B: 32 layers x 32 kv heads x 128 = 1 MiB of f32 K/V per token.
-        let big = ModelConfig { n_layers: 32, n_kv_heads: 32, head_dim: 128, ..cfg };
-        assert_eq!(kv_bytes_per_token(&big), 1 << 20);
+        let rates = WorkingSetRates::of(&cfg);
+        assert_eq!(rates.kv_per_token, cfg.n_layers as u64 * 2 * (cfg.n_kv_heads * cfg.head_dim) as u64 * 4);
+        // LLaDA-8B: 32 layers x 32 kv heads x 128 = 1 MiB of f32 K/V per token; its 126464-token
+        // vocabulary makes every answer position's logits row 2.4 MiB, more than its K/V.
+        let big = ModelConfig { n_layers: 32, n_kv_heads: 32, head_dim: 128, vocab: 126_464, ..cfg };
+        let rates = WorkingSetRates::of(&big);
+        assert_eq!(rates.kv_per_token, 1 << 20);
+        assert_eq!(rates.logits_per_row, 126_464 * 20);
+        assert!(rates.logits_row_per_answer_token);
     }
 
     #[test]

@@ -39,11 +39,17 @@ async function tab(id: string): Promise<void> {
   throw new Error(`no visible tab ${id}`);
 }
 // WebKitWebDriver's own screenshot command can take minutes under Xvfb; the X display is grabbed
-// instead (ImageMagick, as the smoke test does).
+// instead (ImageMagick, as the smoke test does), cut to the window when it is smaller than the screen.
 async function shot(name: string): Promise<void> {
   if (!shotDir) return;
   fs.mkdirSync(shotDir, { recursive: true });
-  execFileSync("import", ["-window", "root", path.join(shotDir, `${name}.png`)], { timeout: 30_000 });
+  const r = await d.manage().window().getRect();
+  const crop = ["-crop", `${r.width}x${r.height}+${Math.max(0, r.x)}+${Math.max(0, r.y)}`, "+repage"];
+  execFileSync("import", ["-window", "root", ...crop, path.join(shotDir, `${name}.png`)], { timeout: 30_000 });
+}
+/** How far the page scrolls sideways, px (0 or less: it does not). */
+async function sidewaysOverflow(): Promise<number> {
+  return (await d.executeScript("return document.documentElement.scrollWidth - window.innerWidth")) as number;
 }
 const t0 = Date.now();
 function progress(what: string): void {
@@ -117,6 +123,40 @@ describe("the real app window (tauri-driver + WebKitWebDriver)", () => {
     await (await el("import")).click();
     await waitFor("the imported model in the table", async () => (await all("[data-testid=model-row]")).length === before + 1);
     await shot("real-models");
+  });
+
+  it("chat: a link in a message opens in the system browser, and the app window stays", async () => {
+    await tab("chat");
+    const url = "https://example.org/unmask-link-check?from=app-e2e";
+    await send(`Where is this from? [the page](${url})`);
+    const links = await all("[data-testid=msg-user] a[href]");
+    expect(links.length).toBeGreaterThanOrEqual(1);
+    const link = links[links.length - 1];
+    expect(await link.getAttribute("target")).toBe("_blank");
+    const appUrl = await d.getCurrentUrl();
+    await link.click();
+    await waitFor("the link handed to the system browser", async () => app.openedUrls().includes(url), 30_000);
+    expect(await d.getCurrentUrl()).toBe(appUrl);
+    expect((await d.getAllWindowHandles()).length).toBe(1);
+  });
+
+  it("phone size: the real window at 390x844 shows every screen without sideways scrolling", async () => {
+    await d.manage().window().setRect({ x: 0, y: 0, width: 390, height: 844 });
+    await waitFor("the window at phone width",
+      async () => ((await d.executeScript("return window.innerWidth")) as number) <= 390, 30_000);
+    for (const screen of ["chat", "profiler", "compare", "models", "settings"]) {
+      await tab(screen);
+      // Layout settles within a frame or two; wait for the tab to be the selected one.
+      await waitFor(`${screen} selected`, async () => {
+        for (const b of await all(`[data-tab="${screen}"]`)) {
+          if ((await b.isDisplayed()) && (await b.getAttribute("aria-current")) === "page") return true;
+        }
+        return false;
+      }, 30_000);
+      expect(await sidewaysOverflow(), `${screen} scrolls sideways`).toBeLessThanOrEqual(0);
+      await shot(`real-phone-${screen}`);
+    }
+    await d.manage().window().setRect({ width: 1280, height: 820 });
   });
 
   it("chat: deleting a conversation removes it", async () => {

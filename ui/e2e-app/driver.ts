@@ -40,7 +40,14 @@ async function waitForPort(port: number, ms: number, child: ChildProcess): Promi
 }
 
 /** A running app under WebDriver, with its own data folder. */
-export type RealApp = { driver: WebDriver; dataDir: string; log: () => string; close: () => Promise<void> };
+export type RealApp = {
+  driver: WebDriver;
+  dataDir: string;
+  log: () => string;
+  /** URLs the app handed to the system browser (xdg-open runs $BROWSER, a recorder here). */
+  openedUrls: () => string[];
+  close: () => Promise<void>;
+};
 
 /** Launches the app binary in a fresh data folder and connects to its window. */
 export async function launchApp(): Promise<RealApp> {
@@ -48,12 +55,28 @@ export async function launchApp(): Promise<RealApp> {
   const tauriDriver = required("TAURI_DRIVER");
   const nativeDriver = process.env.WEBKIT_WEBDRIVER ?? "/usr/bin/WebKitWebDriver";
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "unmask-app-e2e-"));
+  // The "system browser" is a recorder, registered the way a desktop registers one: the default
+  // handler of http(s)/mailto links in the user's mimeapps.list, which xdg-open consults (and
+  // $BROWSER, its fallback). Without it xdg-open would pick whatever browser is installed.
+  const browserDir = fs.mkdtempSync(path.join(os.tmpdir(), "unmask-app-e2e-browser-"));
+  const opened = path.join(browserDir, "opened.txt");
+  const browser = path.join(browserDir, "browser.sh");
+  fs.writeFileSync(browser, `#!/bin/sh\nprintf '%s\\n' "$1" >> '${opened}'\n`, { mode: 0o755 });
+  const [configHome, dataHome] = [path.join(browserDir, "config"), path.join(browserDir, "data")];
+  fs.mkdirSync(path.join(dataHome, "applications"), { recursive: true });
+  fs.mkdirSync(configHome, { recursive: true });
+  const schemes = ["http", "https", "mailto"].map((s) => `x-scheme-handler/${s}`);
+  fs.writeFileSync(path.join(dataHome, "applications", "unmask-test-browser.desktop"),
+    `[Desktop Entry]\nType=Application\nName=Unmask test browser\nExec=${browser} %u\nMimeType=${schemes.join(";")};\n`);
+  fs.writeFileSync(path.join(configHome, "mimeapps.list"),
+    `[Default Applications]\n${schemes.map((s) => `${s}=unmask-test-browser.desktop`).join("\n")}\n`);
   const [port, nativePort] = [await freePort(), await freePort()];
   let log = "";
   // The app is tauri-driver's grandchild: settings meant for it go on tauri-driver's environment.
   const child = spawn(tauriDriver, ["--port", String(port), "--native-port", String(nativePort),
     "--native-driver", nativeDriver], {
-    env: { ...process.env, UNMASK_DATA_DIR: dataDir, WEBKIT_DISABLE_COMPOSITING_MODE: "1",
+    env: { ...process.env, UNMASK_DATA_DIR: dataDir, BROWSER: browser, XDG_CONFIG_HOME: configHome,
+      XDG_DATA_HOME: dataHome, WEBKIT_DISABLE_COMPOSITING_MODE: "1",
       WEBKIT_DISABLE_DMABUF_RENDERER: "1", LIBGL_ALWAYS_SOFTWARE: "1", GDK_BACKEND: "x11" },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -69,12 +92,14 @@ export async function launchApp(): Promise<RealApp> {
     driver,
     dataDir,
     log: () => log,
+    openedUrls: () => (fs.existsSync(opened) ? fs.readFileSync(opened, "utf8").split("\n").filter(Boolean) : []),
     close: async () => {
       try {
         await driver.quit();
       } finally {
         child.kill("SIGTERM");
         fs.rmSync(dataDir, { recursive: true, force: true });
+        fs.rmSync(browserDir, { recursive: true, force: true });
       }
     },
   };

@@ -2,10 +2,10 @@
 // and phone size; no serious or critical WCAG 2.0/2.1 A/AA violations.
 import fs from "node:fs";
 import { createRequire } from "node:module";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import type { AxeResults, RunOptions } from "axe-core";
-import { collectErrors, launch, mockScript, serveDist } from "./harness";
+import { DESKTOP, useApp } from "./harness";
 import { finishedChat, openScreen, screens } from "./screens";
 
 const axeSource = fs.readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
@@ -14,17 +14,7 @@ const options: RunOptions = {
   resultTypes: ["violations"],
 };
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 5, dlTicks: 30 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const app = useApp({ stepMs: 5, dlTicks: 30 });
 
 /**
  * Violations that belong to a component being reworked elsewhere, as rule and the selector of the
@@ -58,11 +48,7 @@ async function seriousViolations(p: Page): Promise<Found[]> {
 describe("accessibility (axe-core, built UI in headless chromium)", () => {
   for (const scheme of ["dark", "light"] as const) {
     it(`every screen in the ${scheme} colour scheme has no serious WCAG A/AA violations`, async () => {
-      const p = await browser.context.newPage();
-      const errors = collectErrors(p);
-      await p.emulateMedia({ colorScheme: scheme });
-      await p.goto(server.url);
-      await p.getByTestId("model-picker").waitFor();
+      const p = await app.freshPage(DESKTOP, scheme);
       await finishedChat(p);
       const found: string[] = [];
       const pending: string[] = [];
@@ -79,8 +65,7 @@ describe("accessibility (axe-core, built UI in headless chromium)", () => {
       fs.mkdirSync(out, { recursive: true });
       fs.writeFileSync(new URL(`a11y-pending-${scheme}.json`, out), JSON.stringify(pending, null, 1));
       expect(found).toEqual([]);
-      expect(errors).toEqual([]);
-      await p.close();
+      expect(app.errors()).toEqual([]);
     });
   }
 });

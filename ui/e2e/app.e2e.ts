@@ -1,15 +1,13 @@
 // End-to-end: the built UI in headless Chromium, IPC mocked by replaying recorded step streams.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Page } from "playwright-core";
+import { describe, expect, it } from "vitest";
 import { canvasAtStep, splitAtEnd, type CanvasState } from "../src/lib/canvas";
 import type { GenerateEvent, RecordedRun } from "../src/lib/contract";
 import { loadFixtures } from "../tests/fixtures";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { shot, tab, useApp } from "./harness";
+import { byBackend, tokensIn } from "./screens";
 import { splitFrames } from "./split";
 
 const fixtures = loadFixtures();
-const byBackend = (kind: "cpu" | "vnpu"): RecordedRun =>
-  (fixtures.find((f) => f.run.request.backend.kind === kind) ?? fixtures[0]).run;
 
 /** What the token canvas must show after all frames of a recorded stream. */
 function expectedFinal(run: RecordedRun): CanvasState {
@@ -20,34 +18,9 @@ function expectedFinal(run: RecordedRun): CanvasState {
 }
 // The canvas shows the answer positions; the end token and the padding after it fold into one marker.
 const slotsOf = (c: CanvasState) => splitAtEnd(c).answer.map((s) => [s.state, s.state === "masked" ? "▒" : s.text]);
-function tokensIn(page: Page, scope: string): Promise<string[][]> {
-  return page.$$eval(`${scope} [data-testid=token-canvas] .tok`, (els) =>
-    els.map((e) => [(e as HTMLElement).dataset.state ?? "", e.textContent ?? ""]));
-}
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
-
-async function freshPage(): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  errors = collectErrors(page);
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
-const tab = (p: Page, id: string) => p.click(`[data-tab=${id}]`);
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 40, dlTicks: 30 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const app = useApp({ stepMs: 40, dlTicks: 30 });
+const freshPage = app.freshPage;
 
 describe("unmask ui (built, headless chromium, mocked IPC)", () => {
   it("chat round-trip: live canvas from masks to the recorded final text, then regenerate, edit and stop", async () => {
@@ -139,7 +112,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("confirm-delete-conversation").click();
     await expect.poll(() => p.locator("[data-testid=conversations] li button.link").count()).toBe(0);
     expect(await p.getByTestId("msg-user").count()).toBe(0);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("live view on the virtual NPU reaches the recorded final canvas with speculative/revised marks", async () => {
@@ -169,7 +142,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     expect(overflow).toBeLessThanOrEqual(0);
     await shot(p, "mobile");
     await p.setViewportSize({ width: 1280, height: 800 });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("profiler renders NPU/CPU/DMA lanes, zooms, and exports Perfetto JSON", async () => {
@@ -222,7 +195,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => p.getByTestId("exported").textContent()).toContain("/tmp/trace.json");
     const exp = await p.evaluate(() => window.__UNMASK_CALLS__.find((c) => c.cmd === "export_perfetto")?.args);
     expect(exp).toMatchObject({ path: "/tmp/trace.json" });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("model manager: import, failing import, download with pause/resume, delete with confirm, runs", async () => {
@@ -304,7 +277,7 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => cols.count()).toBe(2);
     const heads = await p.locator("[data-testid=compare-col] h4").allTextContents();
     expect(heads.some((h) => h.includes("vnpu"))).toBe(true);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("settings: every schema entry has a field with its explanation; save and delete a preset", async () => {
@@ -326,6 +299,6 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await shot(p, "settings");
     await p.getByTestId("delete-preset").click();
     await expect.poll(() => p.getByTestId("preset-list").textContent()).not.toContain("fast 4 steps");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });

@@ -1,41 +1,25 @@
 // End-to-end: the answer canvas and answer messages, with the recorded fixtures replayed by the
 // mock backend: padding folded into one end marker, answer-only counts and rates, one answer per
 // message tied to its conversation, tokens reachable by keyboard and tap, readable at every confidence.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import { answerTokenCount, canvasAtStep, splitAtEnd, type CanvasState } from "../src/lib/canvas";
 import type { GenerateEvent, RecordedRun } from "../src/lib/contract";
 import { formatRate } from "../src/lib/format";
 import { loadFixtures } from "../tests/fixtures";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { shot, tab, useApp } from "./harness";
+import { byBackend, tokensIn } from "./screens";
 import { splitFrames } from "./split";
 
 const fixtures = loadFixtures();
-const byBackend = (kind: "cpu" | "vnpu"): RecordedRun =>
-  (fixtures.find((f) => f.run.request.backend.kind === kind) ?? fixtures[0]).run;
 
 function finalCanvas(run: RecordedRun): CanvasState {
   return canvasAtStep(run.detail.promptTokens, run.detail.canvasLength, run.detail.frames, run.detail.frames.length);
 }
 const answerSlots = (c: CanvasState) => splitAtEnd(c).answer.map((s) => [s.state, s.state === "masked" ? "▒" : s.text]);
-function tokensIn(page: Page, scope: string): Promise<string[][]> {
-  return page.$$eval(`${scope} [data-testid=token-canvas] .tok`, (els) =>
-    els.map((e) => [(e as HTMLElement).dataset.state ?? "", e.textContent ?? ""]));
-}
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
-
-async function freshPage(): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  errors = collectErrors(page);
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
+const app = useApp({ stepMs: 30, dlTicks: 30 });
+const freshPage = app.freshPage;
 
 /** Sends a prompt and waits until its answer is a stored message with stats. */
 async function ask(p: Page, text: string): Promise<void> {
@@ -87,15 +71,6 @@ function tokenContrast(p: Page, scope: string): Promise<{ text: string; ratio: n
   });
 }
 
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 30, dlTicks: 30 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
-
 describe("answer canvas and messages (built, headless chromium, recorded fixtures)", () => {
   it("shows the answer tokens and one end marker instead of the padding, live, in the message and in compare", async () => {
     const p = await freshPage();
@@ -146,7 +121,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
     expect(await msg.getByTestId("end-marker").count()).toBe(1);
 
     // Compare shares the canvas: the same fold there.
-    await p.click("[data-tab=compare]");
+    await tab(p, "compare");
     const checks = p.getByTestId("run-check");
     await expect.poll(() => checks.count()).toBeGreaterThanOrEqual(2);
     await checks.nth(0).check();
@@ -160,7 +135,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
       const shown = await col.locator("[data-testid=token-canvas] .tok").count();
       expect(shown + padding + 1).toBe(final.slots.length);
     }
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("rates count answer tokens only, measured and simulated, each labelled, with time to first token", async () => {
@@ -188,7 +163,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
         expect(await stats.getByTestId("tps-sim").count()).toBe(0);
       }
     }
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("a conversation switch never shows another conversation's live run, nor jumps back when it ends", async () => {
@@ -228,7 +203,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
     await expect.poll(() => p.getByTestId("msg-user").first().textContent()).toContain("Second conversation");
     await expect.poll(() => p.getByTestId("run-stats").count()).toBe(1);
     expect(await p.getByTestId("live").count()).toBe(0);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("tokens are focusable, arrow keys move, a tap shows the token's confidence; the answer is announced", async () => {
@@ -280,7 +255,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
     expect(await p.getByText("hover for details").count()).toBe(0);
     const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
     expect(overflow).toBeLessThanOrEqual(0);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("answer text stays readable at every confidence (no fading, contrast >= 4.5:1) in dark and light", async () => {
@@ -308,7 +283,7 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
       await shot(p, `canvas-replay-${scheme}`);
     }
     await p.emulateMedia({ colorScheme: null });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("composer: a labelled prompt box, Send disabled while empty, keyboard hint only with a fine pointer", async () => {
@@ -337,6 +312,6 @@ describe("answer canvas and messages (built, headless chromium, recorded fixture
     await shot(p, "composer-phone");
     await cdp.send("Emulation.setEmitTouchEventsForMouse", { enabled: false });
     await cdp.send("Emulation.setTouchEmulationEnabled", { enabled: false });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });

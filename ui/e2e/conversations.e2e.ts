@@ -1,28 +1,14 @@
 // End-to-end: the conversation around the chat (system prompt, Markdown, rename, search, export,
 // delete with confirmation) at desktop size and on a 390 px phone, IPC mocked as in app.e2e.ts.
 import fs from "node:fs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import type { ConversationExport } from "../src/lib/export";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { DESKTOP, PHONE, pageOverflow, shot, useApp } from "./harness";
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
+const app = useApp({ stepMs: 5, dlTicks: 10 });
+const freshPage = app.freshPage;
 
-async function freshPage(size: { width: number; height: number }): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  await page.setViewportSize(size);
-  errors = collectErrors(page);
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
-
-const DESKTOP = { width: 1280, height: 800 };
-const PHONE = { width: 390, height: 844 };
 const CODE_PROMPT = "Explain this:\n\n```js\nconst answer = [347, 586].reduce((a, b) => a + b, 0); // a long line that must scroll inside its block, not widen the page\n```";
 
 type Call = { cmd: string; args: Record<string, unknown> };
@@ -43,7 +29,6 @@ async function sendAndWait(p: Page, text: string) {
   await expect.poll(() => p.getByTestId("prompt").isEnabled()).toBe(true);
 }
 const titles = (p: Page) => p.locator("[data-testid=open-conversation]").allTextContents();
-const horizontalOverflow = (p: Page) => p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
 
 async function openActions(p: Page, title: string) {
   await p.locator("[data-testid=conversation]", { hasText: title }).getByTestId("conversation-actions").click();
@@ -53,15 +38,6 @@ async function download(p: Page, testId: string): Promise<{ name: string; text: 
   const path = await d.path();
   return { name: d.suggestedFilename(), text: fs.readFileSync(path, "utf8") };
 }
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 5, dlTicks: 10 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
 
 describe("conversations (built, headless chromium, mocked IPC)", () => {
   it("desktop: system prompt, Markdown, rename, search, export and delete with confirmation", async () => {
@@ -175,7 +151,7 @@ describe("conversations (built, headless chromium, mocked IPC)", () => {
     await p.getByTestId("confirm-delete-conversation").click();
     await expect.poll(() => titles(p)).toEqual(["Code question"]);
     expect((await calls(p, "delete_conversation")).length).toBe(1);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("phone (390 px): the list is a folding panel over the chat, 44 px targets, no sideways scrolling", async () => {
@@ -197,7 +173,7 @@ describe("conversations (built, headless chromium, mocked IPC)", () => {
     const box = await pre.evaluate((el) => ({ scrolls: el.scrollWidth > el.clientWidth, right: el.getBoundingClientRect().right }));
     expect(box.scrolls).toBe(true);
     expect(box.right).toBeLessThanOrEqual(390);
-    expect(await horizontalOverflow(p)).toBeLessThanOrEqual(0);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     const messages = await p.getByTestId("messages").boundingBox();
     expect(messages?.height ?? 0).toBeGreaterThan(844 * 0.35);
     await shot(p, "conversations-phone");
@@ -216,7 +192,7 @@ describe("conversations (built, headless chromium, mocked IPC)", () => {
     const heights = await controls.evaluateAll((els) => els.map((e) => e.getBoundingClientRect().height));
     expect(heights.length).toBeGreaterThan(6);
     expect(Math.min(...heights)).toBeGreaterThanOrEqual(44);
-    expect(await horizontalOverflow(p)).toBeLessThanOrEqual(0);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     await shot(p, "conversations-phone-panel");
 
     // Rename, search and delete with confirmation work on the phone too.
@@ -238,7 +214,7 @@ describe("conversations (built, headless chromium, mocked IPC)", () => {
     expect(await p.getByTestId("conversations").isVisible()).toBe(false);
     await expect.poll(() => p.getByTestId("conversations-toggle").textContent()).toContain("Explain this:");
     await expect.poll(() => p.getByTestId("msg-user").count()).toBe(2);
-    expect(await horizontalOverflow(p)).toBeLessThanOrEqual(0);
-    expect(errors).toEqual([]);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
+    expect(app.errors()).toEqual([]);
   });
 });

@@ -1,4 +1,5 @@
-// E2E harness: serves the built UI, bundles the mock backend and opens Debian's Chromium.
+// E2E harness: serves the built UI, bundles the mock backend and opens Debian's Chromium; one
+// `useApp` per test file sets all of that up and hands out fresh pages.
 import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
@@ -6,6 +7,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll } from "vitest";
 import { loadAppData, loadFixtures } from "../tests/fixtures";
 
 const uiRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -99,3 +101,73 @@ export function collectErrors(page: Page): string[] {
   });
   return errors;
 }
+
+export type Viewport = { width: number; height: number };
+export const DESKTOP: Viewport = { width: 1280, height: 800 };
+export const PHONE: Viewport = { width: 390, height: 844 };
+
+export type AppOptions = {
+  /** Delay between replayed frames of a recorded stream, ms. */
+  stepMs: number;
+  /** Progress ticks of a mocked download. */
+  dlTicks: number;
+  /** Scripts run after the mock backend on every page (e.g. to make commands fail). */
+  initScripts?: string[];
+  colorScheme?: "light" | "dark";
+};
+
+/** What a test file drives: fresh pages on the served UI, and the page errors of the latest one. */
+export type E2eApp = {
+  /** A new page at `viewport` on the app's start screen (closes the previous one). */
+  freshPage: (viewport?: Viewport, colorScheme?: "light" | "dark") => Promise<Page>;
+  /** Uncaught errors and console errors of the page `freshPage` opened last. */
+  errors: () => string[];
+  context: () => BrowserContext;
+  url: () => string;
+};
+
+/**
+ * Serves dist/, starts Chromium with the mock backend before the file's tests and closes both
+ * after them. Call once at the top level of a test file.
+ */
+export function useApp(opts: AppOptions): E2eApp {
+  let server: Awaited<ReturnType<typeof serveDist>> | undefined;
+  let browser: Awaited<ReturnType<typeof launch>> | undefined;
+  let page: Page | undefined;
+  let errors: string[] = [];
+  beforeAll(async () => {
+    server = await serveDist();
+    browser = await launch(await mockScript({ stepMs: opts.stepMs, dlTicks: opts.dlTicks }));
+    for (const content of opts.initScripts ?? []) await browser.context.addInitScript({ content });
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await server?.close();
+  });
+  const started = () => {
+    if (!browser || !server) throw new Error("useApp: the browser is not started (call it at the top level of a test file)");
+    return { browser, server };
+  };
+  return {
+    freshPage: async (viewport = DESKTOP, colorScheme = opts.colorScheme) => {
+      const { browser, server } = started();
+      if (page) await page.close();
+      page = await browser.context.newPage();
+      await page.setViewportSize(viewport);
+      if (colorScheme) await page.emulateMedia({ colorScheme });
+      errors = collectErrors(page);
+      await page.goto(server.url);
+      await page.getByTestId("model-picker").waitFor();
+      return page;
+    },
+    errors: () => errors,
+    context: () => started().browser.context,
+    url: () => started().server.url,
+  };
+}
+
+/** Opens a tab of the app (chat, profiler, models, compare, settings). */
+export const tab = (p: Page, id: string) => p.click(`[data-tab=${id}]`);
+
+/** How far the page scrolls sideways, px (0 or less: it does not). */
+export const pageOverflow = (p: Page) => p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

@@ -1,34 +1,12 @@
 // Page frame on phones and desktops: no sideways scrolling on any screen, a bottom tab bar, 44 px touch
 // targets, the composer on screen under an error banner, errors kept to their screen; screenshots of all.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { shot, useApp } from "./harness";
 import { failureScript, finishedChat, openScreen, openTab, screens } from "./screens";
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
-
-async function freshPage(): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  errors = collectErrors(page);
-  await page.emulateMedia({ colorScheme: "dark" });
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 5, dlTicks: 30 }));
-  await browser.context.addInitScript({ content: failureScript });
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const app = useApp({ stepMs: 5, dlTicks: 30, initScripts: [failureScript], colorScheme: "dark" });
+const freshPage = app.freshPage;
 
 const phoneWidths = [360, 390, 430];
 const describeEl = `(e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") +
@@ -123,7 +101,7 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
       }
     }
     await p.setViewportSize({ width: 1280, height: 800 });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("light theme: phone and desktop screenshots of every screen", async () => {
@@ -139,7 +117,7 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
       await shot(p, `phone-${s}-light`);
     }
     await p.setViewportSize({ width: 1280, height: 800 });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("an error banner keeps the composer on a 390x844 screen and stays on the screen it belongs to", async () => {
@@ -187,7 +165,7 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
     await openTab(p, "models");
     expect(await banner.count()).toBe(0);
     await p.setViewportSize({ width: 1280, height: 800 });
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("step replay controls are labelled icons, not font glyphs", async () => {
@@ -207,7 +185,7 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step 1 / ${total}`);
     await replay.getByTestId("last-step").click();
     await expect.poll(() => replay.getByTestId("scrub-label").textContent()).toBe(`step ${total} / ${total}`);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("keyboard focus is shown with a ring in both colour schemes", async () => {
@@ -223,6 +201,6 @@ describe("layout (built, headless chromium, mocked IPC)", () => {
       expect(ring).toMatchObject({ tag: "BUTTON", style: "solid" });
       expect(ring.width).toBeGreaterThanOrEqual(2);
     }
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });

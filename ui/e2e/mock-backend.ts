@@ -231,8 +231,10 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
         sizeBytes, sha256: "cd".repeat(32), source: path, path, addedMs: now(),
         usedMs: null, embedded: false, fitsMemory: false, runCount: 0,
         moeCalibration: moe ? "240 prompts · 16 layers x 64 experts (top-8) · busiest expert 3.1x its fair share" : null,
-        // 8B-class: 32 layers x 2 x (32 kv heads x 128) x 4 bytes = 1 MiB per token.
-        kinds, weightsBytes: sizeBytes - 20_000_000, kvBytesPerToken: moe ? 262_144 : 1_048_576, contextTokens: 4096 };
+        // 8B-class: 32 layers x 2 x (32 kv heads x 128) x 4 bytes = 1 MiB per token; activations of
+        // hidden 4096 / FFN 12288 are 256 KiB per token; a logits row is the vocabulary x 20 bytes.
+        kinds, weightsBytes: sizeBytes - 20_000_000, kvBytesPerToken: moe ? 262_144 : 1_048_576,
+        activationBytesPerToken: moe ? 65_536 : 262_144, logitsBytesPerRow: (dream ? 152_064 : 126_464) * 20, contextTokens: 4096 };
       models.push(m);
       return m;
     }

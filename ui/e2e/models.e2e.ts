@@ -1,33 +1,16 @@
 // End-to-end: the settings form and the model manager as people use them, at desktop size and on
 // a phone (built UI, headless Chromium, mocked IPC).
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { PHONE, pageOverflow, shot, tab, useApp } from "./harness";
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
+const app = useApp({ stepMs: 10, dlTicks: 40 });
+const freshPage = app.freshPage;
 
-async function freshPage(size = { width: 1280, height: 800 }): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  await page.setViewportSize(size);
-  errors = collectErrors(page);
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
-const tab = (p: Page, id: string) => p.click(`[data-tab=${id}]`);
-const PHONE = { width: 390, height: 844 };
 const calls = (p: Page, cmd: string) =>
   p.evaluate((c) => window.__UNMASK_CALLS__.filter((x) => x.cmd === c).map((x) => x.args), cmd);
 const setting = (p: Page, key: string) => p.locator(`[data-testid=setting][data-key=${key}]`);
 
-/** Widest element's right edge vs the viewport: > 0 means the page scrolls sideways. */
-function overflow(p: Page): Promise<number> {
-  return p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-}
 /** Visible buttons, text inputs and selects under `scope` smaller than 44 px in height. */
 function smallTargets(p: Page, scope: string): Promise<string[]> {
   return p.$$eval(`${scope} button, ${scope} select, ${scope} input:not([type=checkbox]):not([type=radio]), ${scope} summary`, (els) =>
@@ -42,15 +25,6 @@ function unlabelled(p: Page, scope: string): Promise<string[]> {
     els.filter((e) => (e as HTMLInputElement).labels?.length === 0 && !e.getAttribute("aria-label") && !e.getAttribute("aria-labelledby"))
       .map((e) => e.outerHTML.slice(0, 80)));
 }
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 10, dlTicks: 40 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
 
 describe("settings form", () => {
   it("first open: nothing is marked changed; the threshold is an explicit switch that starts at 0.9", async () => {
@@ -70,7 +44,7 @@ describe("settings form", () => {
     expect(await setting(p, "threshold").getAttribute("data-changed")).toBe("false");
     expect(await unlabelled(p, "[data-testid=settings-form]")).toEqual([]);
     expect(await unlabelled(p, ".settings")).toEqual([]);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("shows only the settings that apply to the selected model, and says which are hidden", async () => {
@@ -97,7 +71,7 @@ describe("settings form", () => {
     expect(await setting(p, "cfgScale").count()).toBe(0);
     expect(await setting(p, "remasking").count()).toBe(0);
     expect(await p.getByTestId("applies-note").textContent()).toContain("Dream diffusion model");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("invalid input is shown next to the field and not applied; valid values are", async () => {
@@ -137,18 +111,18 @@ describe("settings form", () => {
     // Back in the form, the invalid answer length is still shown as typed, with its message.
     await tab(p, "settings");
     await expect.poll(() => p.locator("#err-genLength").count()).toBe(1);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("fits a 360 px phone: no sideways scrolling, 44 px targets, every input labelled", async () => {
     const p = await freshPage({ width: 360, height: 780 });
     await tab(p, "settings");
     await p.getByTestId("setting").first().waitFor();
-    expect(await overflow(p)).toBeLessThanOrEqual(0);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     expect(await smallTargets(p, ".settings")).toEqual([]);
     expect(await unlabelled(p, ".settings")).toEqual([]);
     await shot(p, "settings-phone");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });
 
@@ -177,10 +151,10 @@ describe("model manager", () => {
     expect(opens[1].options).toMatchObject({ directory: false, filters: [{ extensions: ["gguf"] }] });
     expect(opens[2].options).toMatchObject({ directory: true });
     expect(await rows.nth(2).getByTestId("moe-calibration").count()).toBe(1);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
-  it("memory fit: weights + K/V at the current answer length vs available memory, with the breakdown", async () => {
+  it("memory fit: weights + K/V, activations and logits at the current answer length vs available memory, with the breakdown", async () => {
     const p = await freshPage();
     await tab(p, "models");
     await p.evaluate(() => window.__UNMASK_PICK__("/data/models/LLaDA-8B-Instruct-Q4_K.gguf"));
@@ -196,6 +170,9 @@ describe("model manager", () => {
     expect(await fit.nth(1).getAttribute("data-fits")).toBe("false");
     const before = await fit.nth(1).getByTestId("fit-breakdown").textContent();
     expect(before).toContain("1.03 GiB for 1056 tokens (1024 prompt + 32 answer");
+    // The logits: one row of the 126464-token vocabulary (x 20 bytes) per answer token.
+    expect(before).toContain("logits 77.2 MiB (32 rows of 2.41 MiB)");
+    expect(before).toContain("activations 264 MiB");
     expect(await fit.nth(1).textContent()).toContain("too big");
 
     // A longer answer in the settings needs more K/V.
@@ -203,7 +180,8 @@ describe("model manager", () => {
     await p.locator("#set-genLength").fill("64");
     await tab(p, "models");
     await expect.poll(() => p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("1088 tokens (1024 prompt + 64 answer");
-    expect(errors).toEqual([]);
+    expect(await p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("(64 rows of 2.41 MiB)");
+    expect(app.errors()).toEqual([]);
   });
 
   it("downloads a revision or one GGUF file, with speed and time left; the base URL is advanced", async () => {
@@ -234,7 +212,7 @@ describe("model manager", () => {
     await row.getByTestId("dl-resume").click();
     await expect.poll(() => row.getAttribute("data-status")).toBe("finished");
     expect(await row.textContent()).toContain("added llada-8b-Q4_K");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("on a 390 px phone: models as cards, no sideways scrolling, 44 px targets, labelled inputs", async () => {
@@ -249,14 +227,14 @@ describe("model manager", () => {
     expect(await p.getByTestId("model-row").first().evaluate((e) => getComputedStyle(e).display)).toBe("grid");
     const table = await p.getByTestId("model-table").boundingBox();
     expect(table!.width).toBeLessThanOrEqual(PHONE.width);
-    expect(await overflow(p)).toBeLessThanOrEqual(0);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     expect(await smallTargets(p, ".models")).toEqual([]);
     expect(await unlabelled(p, ".models")).toEqual([]);
     await p.evaluate(() => window.scrollTo(0, 0));
     await shot(p, "models-phone");
     await p.getByTestId("model-row").first().getByTestId("model-runs").click();
     await p.getByTestId("model-run-table").waitFor();
-    expect(await overflow(p)).toBeLessThanOrEqual(0);
-    expect(errors).toEqual([]);
+    expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
+    expect(app.errors()).toEqual([]);
   });
 });

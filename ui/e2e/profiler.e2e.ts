@@ -1,31 +1,17 @@
 // End-to-end: the profiler and Compare screens as a user reads them, at desktop and phone sizes.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Locator, Page } from "playwright-core";
 import type { RecordedRun } from "../src/lib/contract";
 import { formatEnergy } from "../src/lib/format";
 import { loadFixtures } from "../tests/fixtures";
-import { collectErrors, launch, mockScript, serveDist, shot } from "./harness";
+import { PHONE, pageOverflow, shot, tab, useApp } from "./harness";
 
 const fixtures = loadFixtures();
 const byBackend = (kind: "cpu" | "vnpu"): RecordedRun | null =>
   fixtures.find((f) => f.run.request.backend.kind === kind)?.run ?? null;
 
-let server: Awaited<ReturnType<typeof serveDist>>;
-let browser: Awaited<ReturnType<typeof launch>>;
-let page: Page;
-let errors: string[] = [];
-
-async function freshPage(viewport = { width: 1280, height: 800 }): Promise<Page> {
-  if (page) await page.close();
-  page = await browser.context.newPage();
-  await page.setViewportSize(viewport);
-  errors = collectErrors(page);
-  await page.goto(server.url);
-  await page.getByTestId("model-picker").waitFor();
-  return page;
-}
-const tab = (p: Page, id: string) => p.click(`[data-tab=${id}]`);
-const phone = { width: 390, height: 844 };
+const app = useApp({ stepMs: 40, dlTicks: 30 });
+const freshPage = app.freshPage;
 
 /** The mock seeds one run per fixture, in fixture order; run lists show the newest first. */
 const listIndex = (run: RecordedRun) => fixtures.length - 1 - fixtures.findIndex((f) => f.run === run);
@@ -40,8 +26,6 @@ async function openRun(p: Page, run: RecordedRun): Promise<void> {
   await expect.poll(() => p.getByTestId("sim-time").textContent()).toBeTruthy();
   await p.getByTestId("timeline").first().waitFor();
 }
-/** Horizontal overflow of the page, px (0 or less: none). */
-const pageOverflow = (p: Page) => p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
 async function center(l: Locator): Promise<{ x: number; y: number }> {
   const b = await l.boundingBox();
   if (!b) throw new Error("element has no box");
@@ -59,15 +43,6 @@ async function wideSlice(p: Page, depth: number, minW: number): Promise<Locator 
   }), [depth, minW] as const);
   return i < 0 ? null : p.getByTestId("slice").nth(i);
 }
-
-beforeAll(async () => {
-  server = await serveDist();
-  browser = await launch(await mockScript({ stepMs: 40, dlTicks: 30 }));
-});
-afterAll(async () => {
-  await browser?.close();
-  await server?.close();
-});
 
 describe("profiler", () => {
   it("vNPU run: nested operators one row lower, legend, explicit empty DMA lane, readable counters and energy", async () => {
@@ -138,7 +113,7 @@ describe("profiler", () => {
     expect(await p.getByTestId("revised").allTextContents()).toEqual(expected);
     expect(await p.locator("[data-testid=step-totals] th").textContent()).toContain("total");
     await shot(p, "profiler-desktop");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("click selects a slice (drag still pans), details show its parent and share; the keyboard works too", async () => {
@@ -184,7 +159,7 @@ describe("profiler", () => {
     const before = await p.getByTestId("view-range").textContent();
     await p.keyboard.press("0");
     await expect.poll(() => p.getByTestId("view-range").textContent()).not.toBe(before);
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("CPU run: says which lanes exist and why; everything is measured", async () => {
@@ -200,11 +175,11 @@ describe("profiler", () => {
     expect(await p.getByTestId("sim-time").textContent()).toBe("–");
     expect(await p.getByTestId("energy-card").textContent()).toContain("not measured");
     for (const x of await p.getByTestId("counter-x").allTextContents()) expect(x).toContain("measured time");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("phone (390 px): no page overflow, the timeline fits its box, tap selects, the steps table scrolls inside its box", async () => {
-    const p = await freshPage(phone);
+    const p = await freshPage(PHONE);
     for (const f of fixtures) {
       await openRun(p, f.run);
       expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
@@ -212,14 +187,14 @@ describe("profiler", () => {
       const outer = await p.getByTestId("timeline").boundingBox();
       if (!svgBox || !outer) throw new Error("no timeline box");
       expect(svgBox.x + svgBox.width).toBeLessThanOrEqual(outer.x + outer.width + 0.5);
-      expect(svgBox.width).toBeLessThanOrEqual(phone.width);
+      expect(svgBox.width).toBeLessThanOrEqual(PHONE.width);
       // Drawn at its real pixel width (not a 900 px drawing scaled down), so labels keep their size.
       const drawn = Number(await p.getByTestId("timeline-svg").getAttribute("width"));
       expect(Math.abs(drawn - svgBox.width)).toBeLessThanOrEqual(1);
       // The step table is wider than the phone but scrolls inside its own box.
       const table = await p.getByTestId("step-table-box").evaluate((e) => ({ sw: e.scrollWidth, cw: e.clientWidth,
         right: e.getBoundingClientRect().right }));
-      expect(table.right).toBeLessThanOrEqual(phone.width);
+      expect(table.right).toBeLessThanOrEqual(PHONE.width);
     }
     const run = byBackend("vnpu");
     if (run?.detail.timeline) {
@@ -238,7 +213,7 @@ describe("profiler", () => {
       expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
       await shot(p, "profiler-phone");
     }
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });
 
@@ -303,12 +278,12 @@ describe("compare", () => {
       svgs.map((s) => [...s.querySelectorAll("text.tick")].slice(1).map((t) => t.textContent).join(",")));
     for (const z of zoomed) expect(z).toBe(zoomed[0]);
     expect(zoomed[0]).not.toBe(axes[0].map((t) => t.split("@")[0]).join(","));
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 
   it("phone (390 px): the metrics stay side by side in one table and the page does not overflow", async () => {
     if (fixtures.length < 2) return;
-    const p = await freshPage(phone);
+    const p = await freshPage(PHONE);
     await compareFixtures(p);
     const heads = p.getByTestId("compare-head");
     const h0 = await heads.nth(0).boundingBox();
@@ -316,13 +291,13 @@ describe("compare", () => {
     if (!h0 || !h1) throw new Error("no head boxes");
     expect(Math.abs(h0.y - h1.y)).toBeLessThan(2);
     expect(h1.x).toBeGreaterThan(h0.x + h0.width - 1);
-    expect(h1.x + h1.width).toBeLessThanOrEqual(phone.width);
+    expect(h1.x + h1.width).toBeLessThanOrEqual(PHONE.width);
     expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     await p.getByTestId("compare-table").scrollIntoViewIfNeeded();
     await shot(p, "compare-phone");
     await p.getByTestId("compare-timelines").scrollIntoViewIfNeeded();
     expect(await pageOverflow(p)).toBeLessThanOrEqual(0);
     await shot(p, "compare-phone-timelines");
-    expect(errors).toEqual([]);
+    expect(app.errors()).toEqual([]);
   });
 });

@@ -1,8 +1,10 @@
-// Shared by the layout and accessibility e2e tests: opens each screen with real content loaded.
+// Shared by the e2e tests: the recorded run of each backend, the tokens a canvas shows, and each
+// screen opened with real content loaded.
 import { expect } from "vitest";
 import type { Page } from "playwright-core";
 import type { RecordedRun } from "../src/lib/contract";
 import { loadFixtures } from "../tests/fixtures";
+import { tab } from "./harness";
 
 export type Screen = "chat" | "profiler" | "models" | "compare" | "settings";
 export const screens: Screen[] = ["chat", "profiler", "models", "compare", "settings"];
@@ -10,6 +12,12 @@ export const screens: Screen[] = ["chat", "profiler", "models", "compare", "sett
 const fixtures = loadFixtures();
 export const byBackend = (kind: "cpu" | "vnpu"): RecordedRun =>
   (fixtures.find((f) => f.run.request.backend.kind === kind) ?? fixtures[0]).run;
+
+/** [state, text] of each token in the canvas under `scope`. */
+export function tokensIn(page: Page, scope: string): Promise<string[][]> {
+  return page.$$eval(`${scope} [data-testid=token-canvas] .tok`, (els) =>
+    els.map((e) => [(e as HTMLElement).dataset.state ?? "", e.textContent ?? ""]));
+}
 
 /**
  * Lets a test make the next calls of a command fail (`window.__FAIL_COMMAND__[cmd] = message`):
@@ -24,7 +32,7 @@ export const failureScript = `(() => {
   };
 })();`;
 
-export const openTab = (p: Page, s: Screen) => p.click(`[data-tab=${s}]`);
+export const openTab = (p: Page, s: Screen) => tab(p, s);
 
 /** Chat with one finished run and its step replay open. */
 export async function finishedChat(p: Page): Promise<void> {

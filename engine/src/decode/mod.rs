@@ -47,6 +47,7 @@ pub mod speculative;
 pub mod threshold;
 pub mod tiled_kv;
 pub mod window;
+pub mod working_set;
 
 use std::ops::ControlFlow;
 
@@ -56,6 +57,7 @@ pub use frame::{channel_sink, discard_frames, CancelFlag, StepFrame, TokenChange
 pub use output::{trim_at_stop, DecodeOutput, StopReason};
 pub use policy::{Candidate, Scorer, TransferPolicy};
 pub use settings::{CacheMode, DecodeSettings, DreamAlg, Remasking};
+pub use working_set::WorkingSetRates;
 
 use crate::backend::Backend;
 use crate::error::Result;

@@ -284,15 +284,7 @@ impl DecodeSettings {
     /// `prompt_len` tokens, in the worst case (every step forwards the whole canvas): the K/V
     /// cache, one forward's activations, and the logits rows with their f64 copies.
     pub fn working_set_bytes(&self, cfg: &ModelConfig, prompt_len: usize) -> u128 {
-        let len = (prompt_len as u128).saturating_add(self.gen_length as u128);
-        let (h, q, kv) = (cfg.hidden as u128, cfg.q_dim() as u128, cfg.kv_dim() as u128);
-        let ffn = cfg.ffn.max(cfg.moe.as_ref().map_or(0, |m| m.expert_ffn)) as u128;
-        let kv_cache = cfg.n_layers as u128 * 2 * len * kv * 4;
-        let activations = len * (4 * h + 2 * q + 4 * kv + 2 * ffn) * 4;
-        // Autoregressive decoding asks one row per step; a canvas up to every generated position.
-        let rows = if cfg.arch.is_diffusion() { self.gen_length as u128 } else { 1 };
-        let logits = rows * cfg.vocab as u128 * (4 + 8 + 8);
-        kv_cache + activations + logits
+        super::working_set::WorkingSetRates::of(cfg).bytes(prompt_len as u64, self.gen_length as u64)
     }
 
     /// Full check for a diffusion run of `prompt` on a model with config `cfg`.

@@ -229,8 +229,9 @@ export type ModelEntry = {
 	usedMs: number | null,
 	embedded: boolean,
 	/**
-	 *  Whether weights + K/V at the default settings fit the available memory (the UI
-	 *  recomputes it for the current settings from the fields below).
+	 *  Whether weights + working memory (K/V, activations, logits) at the default settings fit
+	 *  the available memory (the UI recomputes it for the current settings from the fields below,
+	 *  which are the engine's `WorkingSetRates`).
 	 */
 	fitsMemory: boolean,
 	/**
@@ -245,6 +246,13 @@ export type ModelEntry = {
 	 *  as the engine stores K/V); 0 when the config could not be read.
 	 */
 	kvBytesPerToken: number,
+	/**  One forward's activations per forwarded token (every step may forward the whole canvas). */
+	activationBytesPerToken: number,
+	/**
+	 *  One logits row (vocabulary x (f32 + two f64 copies)); a diffusion run holds one per answer
+	 *  token, an autoregressive run one.
+	 */
+	logitsBytesPerRow: number,
 	/**  The model's context length in tokens (prompt + answer). */
 	contextTokens: number,
 	runCount: number,

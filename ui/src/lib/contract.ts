@@ -75,7 +75,7 @@ export type ModelEntry = {
   addedMs: number;
   usedMs: number | null;
   embedded: boolean;
-  /** Weights + K/V at the default settings fit the available memory (the UI recomputes it). */
+  /** Weights + working memory at the default settings fit the available memory (the UI recomputes it). */
   fitsMemory: boolean;
   /** "diffusion" | "autoregressive", "llada" | "dream", "moe". */
   kinds: string[];
@@ -83,6 +83,10 @@ export type ModelEntry = {
   weightsBytes: number;
   /** K/V cache bytes per context token, as the engine stores K/V; 0 when unknown. */
   kvBytesPerToken: number;
+  /** One forward's activations per forwarded token. */
+  activationBytesPerToken: number;
+  /** One logits row; a diffusion run holds one per answer token, an autoregressive run one. */
+  logitsBytesPerRow: number;
   /** Context length in tokens (prompt + answer). */
   contextTokens: number;
   runCount: number;

@@ -1,8 +1,10 @@
-// Whether a model fits this device: weights + K/V cache at the chosen context (prompt budget +
-// answer length) + an allowance for the app, against the memory available now.
+// Whether a model fits this device: weights + the run's working memory at the chosen context
+// (prompt budget + answer length: K/V cache, one forward's activations, logits rows) + an allowance
+// for the app, against the memory available now. The rates come from the engine
+// (`WorkingSetRates`, the same figures its request check uses), so app and engine agree.
 import type { DecodeSettings, ModelEntry } from "./contract";
 
-/** Room for the app itself and one forward's activations (src-tauri's MEMORY_OVERHEAD). */
+/** Room for the app itself (src-tauri's MEMORY_OVERHEAD). */
 export const MEMORY_OVERHEAD_BYTES = 256 * 1024 * 1024;
 /** Prompt tokens (the conversation so far) reserved beside the answer (src-tauri's PROMPT_BUDGET_TOKENS). */
 export const PROMPT_BUDGET_TOKENS = 1024;
@@ -11,6 +13,10 @@ export const PROMPT_BUDGET_TOKENS = 1024;
 export type MemoryEstimate = {
   weightsBytes: number;
   kvBytes: number;
+  activationBytes: number;
+  logitsBytes: number;
+  /** Logits rows held at once: one per answer token (diffusion) or one (autoregressive). */
+  logitsRows: number;
   overheadBytes: number;
   neededBytes: number;
   promptTokens: number;
@@ -21,7 +27,7 @@ export type MemoryEstimate = {
   fits: boolean | null;
 };
 
-type Sized = Pick<ModelEntry, "weightsBytes" | "kvBytesPerToken" | "contextTokens">;
+type Sized = Pick<ModelEntry, "weightsBytes" | "kvBytesPerToken" | "activationBytesPerToken" | "logitsBytesPerRow" | "contextTokens" | "kinds">;
 
 /**
  * The estimate for `model` with `settings` (null: the model alone). The prompt budget shrinks
@@ -31,12 +37,20 @@ export function memoryEstimate(model: Sized, settings: Pick<DecodeSettings, "gen
   const answerTokens = settings?.genLength ?? 0;
   const room = model.contextTokens > 0 ? Math.max(0, model.contextTokens - answerTokens) : PROMPT_BUDGET_TOKENS;
   const promptTokens = Math.min(PROMPT_BUDGET_TOKENS, room);
-  const kvBytes = model.kvBytesPerToken * (promptTokens + answerTokens);
-  const neededBytes = model.weightsBytes + kvBytes + MEMORY_OVERHEAD_BYTES;
+  const tokens = promptTokens + answerTokens;
+  const kvBytes = model.kvBytesPerToken * tokens;
+  // Worst case: a step forwards the whole canvas.
+  const activationBytes = model.activationBytesPerToken * tokens;
+  const logitsRows = model.kinds.includes("autoregressive") ? 1 : answerTokens;
+  const logitsBytes = model.logitsBytesPerRow * logitsRows;
+  const neededBytes = model.weightsBytes + kvBytes + activationBytes + logitsBytes + MEMORY_OVERHEAD_BYTES;
   const known = availableBytes !== null && availableBytes > 0 && model.kvBytesPerToken > 0;
   return {
     weightsBytes: model.weightsBytes,
     kvBytes,
+    activationBytes,
+    logitsBytes,
+    logitsRows,
     overheadBytes: MEMORY_OVERHEAD_BYTES,
     neededBytes,
     promptTokens,

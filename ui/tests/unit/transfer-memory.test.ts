@@ -37,16 +37,28 @@ describe("download speed and time left", () => {
 });
 
 describe("memory fit", () => {
-  // LLaDA-8B in Q4_K: 4.3 GiB of weights, 1 MiB of f32 K/V per token, 4096 tokens of context.
-  const model = { weightsBytes: 4.3 * GiB, kvBytesPerToken: MiB, contextTokens: 4096 };
-  it("is weights + K/V for prompt budget + answer + the app, against available memory", () => {
+  // LLaDA-8B in Q4_K: 4.3 GiB of weights, 1 MiB of f32 K/V per token, 4096 tokens of context,
+  // a 126464-token vocabulary (logits row: 126464 x 20 bytes).
+  const model = { weightsBytes: 4.3 * GiB, kvBytesPerToken: MiB, activationBytesPerToken: 192 * 1024,
+    logitsBytesPerRow: 126_464 * 20, contextTokens: 4096, kinds: ["diffusion", "llada"] };
+  it("is weights + K/V, activations and logits for prompt budget + answer + the app, against available memory", () => {
     const e = memoryEstimate(model, { genLength: 256 }, 8 * GiB);
     expect(e.promptTokens).toBe(PROMPT_BUDGET_TOKENS);
     expect(e.answerTokens).toBe(256);
     expect(e.kvBytes).toBe((PROMPT_BUDGET_TOKENS + 256) * MiB);
-    expect(e.neededBytes).toBe(4.3 * GiB + 1280 * MiB + MEMORY_OVERHEAD_BYTES);
+    expect(e.activationBytes).toBe(1280 * 192 * 1024);
+    expect(e.logitsRows).toBe(256);
+    expect(e.logitsBytes).toBe(256 * 126_464 * 20);
+    expect(e.neededBytes).toBe(4.3 * GiB + 1280 * MiB + 240 * MiB + 256 * 126_464 * 20 + MEMORY_OVERHEAD_BYTES);
     expect(e.fits).toBe(true);
+    // Weights, K/V, activations and the app (6.03 GiB) would fit 6.2 GiB; with the logits rows (~618 MiB) they do not.
+    expect(memoryEstimate(model, { genLength: 256 }, 6.2 * GiB).fits).toBe(false);
     expect(memoryEstimate(model, { genLength: 256 }, 5 * GiB).fits).toBe(false);
+  });
+  it("an autoregressive model holds one logits row", () => {
+    const ar = memoryEstimate({ ...model, kinds: ["autoregressive"] }, { genLength: 256 }, 8 * GiB);
+    expect(ar.logitsRows).toBe(1);
+    expect(ar.logitsBytes).toBe(126_464 * 20);
   });
   it("a longer answer needs more K/V; the prompt budget shrinks to fit the context", () => {
     const short = memoryEstimate(model, { genLength: 64 }, 8 * GiB);
