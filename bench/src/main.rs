@@ -94,6 +94,9 @@ fn machine_info() -> Value {
         .unwrap_or_default();
     json!({
         "cpu": cpu,
+        // The kernels follow the instruction set: results from an AVX2-only CPU and an AVX-512
+        // VNNI one are not comparable even when the model names match.
+        "int8_isa": format!("{:?}", unmask_engine::kernels::int8::Isa::detect()),
         "threads": unmask_engine::threads::count(),
         "load_avg": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
     })

@@ -141,6 +141,9 @@ describe("the real app window (tauri-driver + WebKitWebDriver)", () => {
   });
 
   it("phone size: the real window at 390x844 shows every screen without sideways scrolling", async () => {
+    await tab("settings");
+    await el("setting");
+    await shot("real-settings");
     await d.manage().window().setRect({ x: 0, y: 0, width: 390, height: 844 });
     await waitFor("the window at phone width",
       async () => ((await d.executeScript("return window.innerWidth")) as number) <= 390, 30_000);
