@@ -88,7 +88,7 @@ pub fn run(quick: bool) -> Result<Value> {
     let attn = attention_kernel(quick)?;
     let fma_kind = if PeakKind::Avx512Fma.available() { PeakKind::Avx512Fma } else { PeakKind::Avx2Fma };
     let fma = measure(fma_kind, threads, 20_000_000, 3).map(|p| p.ops_per_s).unwrap_or(f64::NAN);
-    let vnni = measure(PeakKind::Avx512Vnni, threads, 20_000_000, 3).map(|p| p.ops_per_s);
+    let vnni = measure(PeakKind::int8(), threads, 20_000_000, 3).map(|p| p.ops_per_s);
     let dir = std::env::temp_dir().join(format!("unmask-bench/llada8b-{}l-v{}", shape.layers, shape.vocab));
     eprintln!("[forward] writing synthetic checkpoint to {} (once)", dir.display());
     let file_bytes = write_llada(&dir, &shape)?;
@@ -103,7 +103,7 @@ pub fn run(quick: bool) -> Result<Value> {
     let touched_weights = t.weights.matrix_bytes() as u64 - (t.weights.embedding.bytes() as u64)
         + (block as u64 * shape.hidden as u64 * 4);
     let f32_gflops = flops / secs / 1e9;
-    let int8_kind = if vnni.is_some() { PeakKind::Avx512Vnni } else { fma_kind };
+    let int8_kind = if vnni.is_some() { PeakKind::int8() } else { fma_kind };
 
     eprintln!("[forward] requantising to int8 per row (f32 → int8 kernels)");
     let i8w = t.weights.clone().repack(KernelChoice::Int8PerRow)?;

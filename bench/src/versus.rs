@@ -289,9 +289,9 @@ fn phases(t: &Transformer, samples: usize) -> Result<(Value, f64)> {
     let mask = t.config.mask_token_id.unwrap_or(0);
     let tokens: Vec<u32> = (0..n as u32).map(|i| if i < PROMPT as u32 { 100 + i } else { mask }).collect();
     let all: Vec<usize> = (0..n).collect();
-    let kind = PeakKind::Avx512Vnni;
+    let kind = PeakKind::int8();
     if !kind.available() {
-        return Ok((json!("no VNNI on this CPU"), f64::NAN));
+        return Ok((json!("no int8 peak stream (VNNI or AVX2) on this CPU"), f64::NAN));
     }
     // A block in the middle of the canvas.
     let (bs, be) = (PROMPT + 3 * BLOCK, PROMPT + 4 * BLOCK);

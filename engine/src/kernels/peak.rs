@@ -20,6 +20,10 @@ pub enum PeakKind {
     Avx2Fma,
     /// AVX-512 VNNI `vpdpbusd` zmm (64 u8×i8 MACs = 128 ops).
     Avx512Vnni,
+    /// AVX2 without VNNI: the shortest u8×i8 → i32 dot sequence, `vpmaddubsw` + `vpmaddwd` (by
+    /// ones) + `vpaddd` on ymm (32 MACs = 64 ops per three instructions). The int8 kernels need at
+    /// least these three per 32 MACs, so this is their ceiling here.
+    Avx2Int8,
 }
 
 impl PeakKind {
@@ -31,12 +35,24 @@ impl PeakKind {
                 PeakKind::Avx512Fma => is_x86_feature_detected!("avx512f"),
                 PeakKind::Avx2Fma => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
                 PeakKind::Avx512Vnni => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"),
+                PeakKind::Avx2Int8 => is_x86_feature_detected!("avx2"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = self;
             false
+        }
+    }
+}
+
+impl PeakKind {
+    /// The int8 stream the int8 kernels use on this CPU: VNNI where present, else AVX2.
+    pub fn int8() -> PeakKind {
+        if PeakKind::Avx512Vnni.available() {
+            PeakKind::Avx512Vnni
+        } else {
+            PeakKind::Avx2Int8
         }
     }
 }
@@ -90,6 +106,7 @@ fn run_stream(kind: PeakKind, iters: u64) -> f64 {
                 PeakKind::Avx512Fma => x86::fma512(iters),
                 PeakKind::Avx2Fma => x86::fma256(iters),
                 PeakKind::Avx512Vnni => x86::vnni512(iters),
+                PeakKind::Avx2Int8 => x86::maddubs256(iters),
             }
         }
     }
@@ -165,6 +182,28 @@ mod x86 {
         std::hint::black_box(_mm512_reduce_add_epi32(s));
         (iters * 12 * 64 * 2) as f64
     }
+
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn maddubs256(iters: u64) -> f64 {
+        let mut acc = chains12!(_mm256_set1_epi32(0));
+        let a = _mm256_set1_epi8(3);
+        let ones = _mm256_set1_epi16(1);
+        for _ in 0..iters {
+            for c in acc.iter_mut() {
+                // The accumulator is also the i8 operand, so the products cannot be hoisted out of
+                // the loop; 12 chains hide the latency (values are meaningless, only timing counts).
+                *c = _mm256_add_epi32(*c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, *c), ones));
+            }
+        }
+        let mut s = _mm256_set1_epi32(0);
+        for c in acc {
+            s = _mm256_add_epi32(s, c);
+        }
+        let mut out = [0i32; 8];
+        _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, s);
+        std::hint::black_box(out);
+        (iters * 12 * 32 * 2) as f64
+    }
 }
 
 /// Resident-set figures of this process from `/proc/self/status` (bytes; `None` off Linux).
@@ -176,4 +215,22 @@ pub fn rss_bytes() -> Option<(u64, u64)> {
         Some(kb * 1024)
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_int8_stream_of_this_cpu_counts_its_operations() {
+        let kind = PeakKind::int8();
+        if !kind.available() {
+            return; // neither VNNI nor AVX2 (not x86_64): nothing to time
+        }
+        // Ops per chunk: 12 chains x (64 ops per AVX2 ymm step, 128 per VNNI zmm step).
+        let per_step = if kind == PeakKind::Avx512Vnni { 128.0 } else { 64.0 };
+        assert_eq!(run_stream(kind, 10), 10.0 * 12.0 * per_step);
+        let p = measure(kind, 1, 10_000, 1).expect("available");
+        assert!(p.ops_per_s.is_finite() && p.ops_per_s > 0.0, "{p:?}");
+    }
 }
