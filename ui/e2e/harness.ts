@@ -122,8 +122,6 @@ export type E2eApp = {
   freshPage: (viewport?: Viewport, colorScheme?: "light" | "dark") => Promise<Page>;
   /** Uncaught errors and console errors of the page `freshPage` opened last. */
   errors: () => string[];
-  context: () => BrowserContext;
-  url: () => string;
 };
 
 /**
@@ -161,8 +159,6 @@ export function useApp(opts: AppOptions): E2eApp {
       return page;
     },
     errors: () => errors,
-    context: () => started().browser.context,
-    url: () => started().server.url,
   };
 }
 

@@ -44,9 +44,7 @@ impl PeakKind {
             false
         }
     }
-}
 
-impl PeakKind {
     /// The int8 stream the int8 kernels use on this CPU: VNNI where present, else AVX2.
     pub fn int8() -> PeakKind {
         if PeakKind::Avx512Vnni.available() {
