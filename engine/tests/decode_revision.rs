@@ -230,7 +230,7 @@ fn tiled_cache_on_the_virtual_npu_gives_the_cpu_tokens() {
     let m = model("llada");
     let mut npu = VirtualNpu::new(m.clone(), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
     assert_eq!(npu.new_cache(8).layout(), KvLayout::Tiled);
-    assert_eq!(npu.revision_backend().unwrap().new_cache(8).layout(), KvLayout::Tiled);
+    assert_eq!(npu.cpu_path_host().unwrap().cpu_path_executor().unwrap().new_cache(8).layout(), KvLayout::Tiled);
     // A CPU backend (row-major cache, CPU-path twin) with the same shape buckets, so both runs
     // plan the same windows.
     let mut cpu = FakeNpu::new(m, Some(npu.cost_profile().unwrap().token_buckets));

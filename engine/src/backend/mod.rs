@@ -3,10 +3,12 @@
 pub mod cpu;
 pub mod qnn;
 pub mod recorder;
+pub mod revision;
 pub mod vnpu;
 
 use crate::error::Result;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig};
+pub use revision::{CpuPathExecutor, CpuPathHost};
 
 /// Static shape buckets and launch cost a backend prefers (drives speculative window sizing).
 #[derive(Debug, Clone, PartialEq)]
@@ -48,18 +50,11 @@ pub trait Backend: Send {
     fn cost_profile(&self) -> Option<CostProfile> {
         None
     }
-    /// A second, independent executor on the same weights for the CPU path of dual-path
-    /// revision (runs on its own thread next to this one); `None` = revision runs inline.
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+    /// The backend's support for the CPU path of dual-path revision; `None` = revision runs
+    /// inline after the dense forward.
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
         None
     }
-    /// Called on a revision executor by the decoding loop just before the dense forward of a step
-    /// starts, so forwards that follow can be paired with that dense forward (timelines).
-    fn begin_step(&mut self) {}
-    /// Called on the dense backend at a step boundary where the dense path waits for the CPU
-    /// path (lockstep revision schedule): the next dense forward starts after every CPU-path
-    /// task so far. Without the call a device timeline lets the two paths overlap across steps.
-    fn sync_cpu_path(&mut self) {}
     /// The device cost model load-aware MoE residency places expert groups with; `None` when the
     /// backend has no NPU beside a CPU lane (every group then runs as a launch).
     fn moe_residency(&self) -> Option<std::sync::Arc<dyn crate::moe::ResidencyCostModel>> {

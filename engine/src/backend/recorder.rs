@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::vnpu::replay::{DecodeStepRecord, DualPathTrace};
-use super::{Backend, CostProfile, ForwardStats};
+use super::{Backend, CostProfile, CpuPathExecutor, CpuPathHost, ForwardStats};
 use crate::error::Result;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig};
 
@@ -43,25 +43,17 @@ impl ForwardLog {
     }
 }
 
-/// Which path a [`RecordingBackend`] records for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path {
-    Dense,
-    /// The revision executor; the field is the dense forward its current step pairs with.
-    Revision(usize),
-}
-
-/// Delegates every call to `inner` and appends each forward's shape to a [`ForwardLog`].
+/// Delegates every call to `inner` (the dense path) and appends each forward's shape to a
+/// [`ForwardLog`]; its CPU-path executor, if any, is a [`RecordingCpuPath`] on the same log.
 pub struct RecordingBackend {
     inner: Box<dyn Backend>,
     log: ForwardLog,
-    path: Path,
 }
 
 impl RecordingBackend {
-    /// Wraps `inner` (the dense path); its revision executor, if any, is wrapped too.
+    /// Wraps `inner` (the dense path).
     pub fn new(inner: Box<dyn Backend>) -> Self {
-        RecordingBackend { inner, log: ForwardLog::default(), path: Path::Dense }
+        RecordingBackend { inner, log: ForwardLog::default() }
     }
 
     /// The shared log.
@@ -80,6 +72,11 @@ impl RecordingBackend {
     }
 }
 
+/// The shape of one forward.
+fn record_of(req: &ForwardRequest, out: &ForwardOutput) -> DecodeStepRecord {
+    DecodeStepRecord { tokens: req.tokens.len(), context: out.context_len, logit_rows: req.logits_rows.len() }
+}
+
 impl Backend for RecordingBackend {
     fn name(&self) -> String {
         self.inner.name()
@@ -95,12 +92,7 @@ impl Backend for RecordingBackend {
 
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
         let (out, stats) = self.inner.forward(req, cache)?;
-        let record = DecodeStepRecord { tokens: req.tokens.len(), context: out.context_len, logit_rows: req.logits_rows.len() };
-        let mut g = self.log.lock();
-        match self.path {
-            Path::Dense => g.dense.push(record),
-            Path::Revision(step) => g.revision.push((step, record)),
-        }
+        self.log.lock().dense.push(record_of(req, &out));
         Ok((out, stats))
     }
 
@@ -108,21 +100,62 @@ impl Backend for RecordingBackend {
         self.inner.cost_profile()
     }
 
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
-        let inner = self.inner.revision_backend()?;
-        Some(Box::new(RecordingBackend { inner, log: self.log.clone(), path: Path::Revision(0) }))
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
+        Some(self)
+    }
+}
+
+impl CpuPathHost for RecordingBackend {
+    fn cpu_path_executor(&self) -> Option<Box<dyn CpuPathExecutor>> {
+        let inner = self.inner.cpu_path_host()?.cpu_path_executor()?;
+        Some(Box::new(RecordingCpuPath { inner, log: self.log.clone(), pair: 0 }))
     }
 
+    fn sync_cpu_path(&self) {
+        if let Some(h) = self.inner.cpu_path_host() {
+            h.sync_cpu_path();
+        }
+    }
+}
+
+/// The CPU-path executor of a [`RecordingBackend`]: records each forward with the index of the
+/// dense forward its step pairs with.
+pub struct RecordingCpuPath {
+    inner: Box<dyn CpuPathExecutor>,
+    log: ForwardLog,
+    /// Index of the dense forward the current step pairs with.
+    pair: usize,
+}
+
+impl Backend for RecordingCpuPath {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn config(&self) -> &ModelConfig {
+        self.inner.config()
+    }
+
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        self.inner.new_cache(capacity)
+    }
+
+    fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)> {
+        let (out, stats) = self.inner.forward(req, cache)?;
+        self.log.lock().revision.push((self.pair, record_of(req, &out)));
+        Ok((out, stats))
+    }
+
+    fn cost_profile(&self) -> Option<CostProfile> {
+        self.inner.cost_profile()
+    }
+}
+
+impl CpuPathExecutor for RecordingCpuPath {
     fn begin_step(&mut self) {
         // The loop calls this just before the step's dense forward starts: that forward's index is
         // the number of dense forwards recorded so far.
-        if let Path::Revision(_) = self.path {
-            self.path = Path::Revision(self.log.dense_forwards());
-        }
+        self.pair = self.log.dense_forwards();
         self.inner.begin_step();
-    }
-
-    fn sync_cpu_path(&mut self) {
-        self.inner.sync_cpu_path();
     }
 }

@@ -19,7 +19,8 @@
 //!    masked future positions inside the window. Visible tokens get rows only on the CPU path,
 //!    Stable tokens never (selective logit skipping).
 //! 3. **CPU path.** While the dense forward runs, a scoped thread runs [`RevisionWorker`] on the
-//!    backend's `revision_backend()` (inline after the dense forward when there is none).
+//!    backend's CPU-path executor ([`crate::backend::CpuPathHost`]; inline after the dense forward
+//!    when there is none).
 //!    Schedule ([`CpuPathSchedule`], on the simulated device clock the backends report): *async*
 //!    (default) launches a job only when the CPU path is idle; the job may outlast its dense
 //!    step, the dense path never waits for it, and its verdicts are held until the first step
@@ -66,7 +67,7 @@ use super::revision::{CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, 
 use super::settings::DecodeSettings;
 use super::speculative::{accept_drafts, Draft, DraftBook, SpeculativeSettings};
 use super::window::StepWindow;
-use crate::backend::{Backend, ForwardStats};
+use crate::backend::{Backend, CpuPathExecutor, ForwardStats};
 use crate::error::{EngineError, Result};
 use crate::model::{ForwardOutput, KvCache};
 
@@ -232,7 +233,7 @@ impl Speculation {
 pub(crate) struct CpuPath {
     life: Lifecycle,
     /// A second executor on the same weights (`None`: the CPU path runs inline after the dense forward).
-    executor: Option<Box<dyn Backend>>,
+    executor: Option<Box<dyn CpuPathExecutor>>,
     lockstep: bool,
     in_flight: Option<InFlight>,
     /// Simulated time of the dense path (the device clock the async schedule runs on).
@@ -244,7 +245,7 @@ pub(crate) struct CpuPath {
 
 impl CpuPath {
     pub(crate) fn new(settings: RevisionSettings, backend: &dyn Backend, len: usize) -> Self {
-        let executor = backend.revision_backend();
+        let executor = backend.cpu_path_host().and_then(|h| h.cpu_path_executor());
         // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
         let lockstep = executor.is_none() || settings.schedule == CpuPathSchedule::Lockstep;
         let cfg = backend.config();
@@ -306,7 +307,8 @@ impl CpuPath {
             let (handle, inline_job) = match (job, self.executor.as_mut()) {
                 (Some(j), Some(rb)) => {
                     rb.begin_step();
-                    (Some(s.spawn(move || RevisionWorker::run(rb.as_mut(), j))), None)
+                    let rb: &mut dyn Backend = rb.as_mut();
+                    (Some(s.spawn(move || RevisionWorker::run(rb, j))), None)
                 }
                 (j, _) => (None, j),
             };
@@ -359,7 +361,9 @@ impl CpuPath {
             self.clock += s;
         }
         if self.lockstep && was_threaded {
-            backend.sync_cpu_path();
+            if let Some(h) = backend.cpu_path_host() {
+                h.sync_cpu_path();
+            }
         }
         step_sim
     }

@@ -10,7 +10,7 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::backend::{Backend, CostProfile, ForwardStats};
+use unmask_engine::backend::{Backend, CostProfile, CpuPathExecutor, CpuPathHost, ForwardStats};
 use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::{CancelFlag, Canvas, DecodeOutput, DecodeSettings, StepFrame};
 use unmask_engine::model::safetensors::SafetensorsSource;
@@ -102,7 +102,13 @@ impl Backend for FakeNpu {
     fn cost_profile(&self) -> Option<CostProfile> {
         self.profile.clone()
     }
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
+        Some(self)
+    }
+}
+
+impl CpuPathHost for FakeNpu {
+    fn cpu_path_executor(&self) -> Option<Box<dyn CpuPathExecutor>> {
         self.twin.then(|| {
             Box::new(FakeNpu {
                 inner: CpuBackend::new(Arc::clone(&self.model)),
@@ -111,10 +117,12 @@ impl Backend for FakeNpu {
                 log: Arc::clone(&self.log),
                 delay: self.delay,
                 twin: false,
-            }) as Box<dyn Backend>
+            }) as Box<dyn CpuPathExecutor>
         })
     }
 }
+
+impl CpuPathExecutor for FakeNpu {}
 
 /// Runs the NPU-aware loop and collects its frames.
 pub fn run_npu(be: &mut dyn Backend, p: &[u32], s: &DecodeSettings) -> (DecodeOutput, DualPathStats, Vec<StepFrame>) {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Backend, ForwardStats};
+use super::{Backend, CpuPathExecutor, CpuPathHost, ForwardStats};
 use crate::error::Result;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig, Transformer};
 
@@ -47,8 +47,16 @@ impl Backend for CpuBackend {
         };
         Ok((out, stats))
     }
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
+        Some(self)
+    }
+}
+
+impl CpuPathHost for CpuBackend {
+    fn cpu_path_executor(&self) -> Option<Box<dyn CpuPathExecutor>> {
         // Shares the weights (Arc); the CPU path needs only its own call stack and buffers.
         Some(Box::new(CpuBackend { model: Arc::clone(&self.model) }))
     }
 }
+
+impl CpuPathExecutor for CpuBackend {}

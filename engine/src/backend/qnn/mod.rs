@@ -37,7 +37,7 @@ pub use graph_cache::Outcome;
 pub use options::{QnnOptions, QnnStats};
 pub use quantize::QnnPrecision;
 
-use super::{Backend, CostProfile, ForwardStats};
+use super::{Backend, CostProfile, CpuPathExecutor, CpuPathHost, ForwardStats};
 use crate::error::{EngineError, Result};
 use crate::kernels::rope::RopeTable;
 use crate::model::weights::FeedForward;
@@ -387,13 +387,19 @@ impl Backend for QnnBackend {
         })
     }
 
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
-        // Revision runs on the phone's CPU cores next to the NPU, on the same weights.
-        Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
+        Some(self)
     }
 
     fn take_moe_stats(&mut self) -> Option<MoeStats> {
         Some(QnnBackend::take_moe_stats(self))
+    }
+}
+
+impl CpuPathHost for QnnBackend {
+    fn cpu_path_executor(&self) -> Option<Box<dyn CpuPathExecutor>> {
+        // Revision runs on the phone's CPU cores next to the NPU, on the same weights.
+        Some(Box::new(crate::backend::cpu::CpuBackend::new(Arc::clone(&self.model))))
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, ForwardStats};
+use crate::backend::{Backend, CpuPathExecutor, ForwardStats};
 use crate::error::Result;
 use crate::memory::graph::StepShape;
 use crate::model::{ForwardOutput, ForwardRequest, KvCache, KvLayout, ModelConfig, Transformer};
@@ -228,6 +228,9 @@ impl Backend for CpuPath {
         stats.energy_j = Some(energy);
         Ok((out, stats))
     }
+}
+
+impl CpuPathExecutor for CpuPath {
     fn begin_step(&mut self) {
         self.pair = self.lanes.next_dense();
     }

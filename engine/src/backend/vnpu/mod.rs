@@ -23,7 +23,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Backend, CostProfile, ForwardStats};
+use super::{Backend, CostProfile, CpuPathExecutor, CpuPathHost, ForwardStats};
 use crate::error::Result;
 use crate::memory::graph::{Precision, StepShape};
 use crate::memory::plan::{MemoryPlan, PlacementPolicy};
@@ -408,17 +408,23 @@ impl Backend for VirtualNpu {
         let launch = self.sim.target().launch_overhead_s * self.graphs_per_forward() as f64;
         Some(CostProfile { token_buckets: self.shape_buckets().tokens.clone(), launch_overhead_s: launch })
     }
-    fn revision_backend(&self) -> Option<Box<dyn Backend>> {
+    fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
+        Some(self)
+    }
+    fn moe_residency(&self) -> Option<Arc<dyn crate::moe::ResidencyCostModel>> {
+        Some(Arc::new(self.moe_costs.clone()?))
+    }
+}
+
+impl CpuPathHost for VirtualNpu {
+    fn cpu_path_executor(&self) -> Option<Box<dyn CpuPathExecutor>> {
         // The revision path runs on the phone's CPU cores, next to the NPU: a CPU executor on the
         // same weights, timed on the profile's CPU and recorded on this device's timeline.
         let timing = self.config.timed_as.as_ref().unwrap_or(&self.model.config);
         Some(Box::new(CpuPath::new(Arc::clone(&self.model), timing, &self.profile, self.lanes.clone(), self.origin)))
     }
-    fn sync_cpu_path(&mut self) {
+    fn sync_cpu_path(&self) {
         self.lanes.lock().sync();
-    }
-    fn moe_residency(&self) -> Option<Arc<dyn crate::moe::ResidencyCostModel>> {
-        Some(Arc::new(self.moe_costs.clone()?))
     }
 }
 
