@@ -43,7 +43,7 @@ pub enum EngineError {
     #[error("{path}: bad model config: {reason}")]
     Config { path: PathBuf, reason: String },
     /// The checkpoint names an architecture we do not run.
-    #[error("{path}: unknown architecture `{}` (supported: llada, dream, llada-moe, llama, qwen2, qwen3, qwen3moe)", shown(arch))]
+    #[error("{path}: unknown architecture `{}` (supported: {})", shown(arch), supported_architectures())]
     UnknownArchitecture { path: PathBuf, arch: String },
     /// No tokenizer could be found or built.
     #[error("{path}: tokenizer: {reason}")]
@@ -66,6 +66,11 @@ pub enum EngineError {
     /// A QNN (Qualcomm NPU) library, provider or API call failed.
     #[error("QNN: {0}")]
     Qnn(#[from] qnn_sys::QnnError),
+}
+
+/// The GGUF names of every family we run, for the unknown-architecture error.
+fn supported_architectures() -> String {
+    crate::model::Architecture::ALL.iter().map(|a| a.gguf_name()).collect::<Vec<_>>().join(", ")
 }
 
 /// A string read from a file, safe to print on one line: control characters escaped, long

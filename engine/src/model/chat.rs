@@ -48,13 +48,7 @@ pub enum ChatTemplate {
 impl ChatTemplate {
     /// The template a family's instruct checkpoints use.
     pub fn for_arch(arch: Architecture) -> Self {
-        match arch {
-            Architecture::Llada | Architecture::Llama => ChatTemplate::Llada,
-            Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
-                ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }
-            }
-            Architecture::LladaMoe => ChatTemplate::LladaMoe,
-        }
+        arch.family().chat_template()
     }
 
     /// Token strings that end an assistant turn (beyond the model's EOS).

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::arch::hf_config::HfConfig;
+use super::arch::Family;
 use crate::error::{EngineError, Result};
 
 /// Model families Unmask runs.
@@ -27,48 +29,40 @@ pub enum Architecture {
 }
 
 impl Architecture {
+    /// Every family, in the order HF configs are matched against.
+    pub const ALL: &'static [Architecture] = &[
+        Architecture::Llada,
+        Architecture::Dream,
+        Architecture::LladaMoe,
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+        Architecture::Qwen3Moe,
+    ];
+    /// Its family's file (`model/arch/`): checkpoint keys and names, special ids, chat template.
+    pub fn family(self) -> &'static dyn Family {
+        super::arch::family(self)
+    }
     /// True for masked-diffusion models (bidirectional attention, mask token).
     pub fn is_diffusion(self) -> bool {
-        matches!(self, Architecture::Llada | Architecture::Dream | Architecture::LladaMoe)
+        self.family().is_diffusion()
     }
     /// The GGUF `general.architecture` string llama.cpp uses.
     pub fn gguf_name(self) -> &'static str {
-        match self {
-            Architecture::Llada => "llada",
-            Architecture::Dream => "dream",
-            Architecture::LladaMoe => "llada-moe",
-            Architecture::Llama => "llama",
-            Architecture::Qwen2 => "qwen2",
-            Architecture::Qwen3 => "qwen3",
-            Architecture::Qwen3Moe => "qwen3moe",
-        }
+        self.family().gguf().name
     }
     /// Parses a GGUF architecture string.
     pub fn from_gguf_name(s: &str) -> Option<Self> {
-        Some(match s {
-            "llada" => Architecture::Llada,
-            "dream" => Architecture::Dream,
-            "llada-moe" => Architecture::LladaMoe,
-            "llama" => Architecture::Llama,
-            "qwen2" => Architecture::Qwen2,
-            "qwen3" => Architecture::Qwen3,
-            "qwen3moe" => Architecture::Qwen3Moe,
-            _ => return None,
-        })
+        Self::ALL.iter().copied().find(|a| a.gguf_name() == s)
     }
     /// Mask token id and vocabulary size of the published checkpoints of this family.
     pub fn published_mask(self) -> Option<(u32, usize)> {
-        match self {
-            Architecture::Llada => Some((126336, 126464)),
-            Architecture::Dream => Some((151666, 152064)),
-            Architecture::LladaMoe => Some((156895, 157184)),
-            _ => None,
-        }
+        self.family().published_mask()
     }
     /// The published mask id, only for a model with the published vocabulary: any other
     /// vocabulary must name its mask token, or its id would point at an arbitrary token.
     pub fn published_mask_id(self, vocab: usize) -> Option<u32> {
-        self.published_mask().filter(|&(_, v)| v == vocab).map(|(id, _)| id)
+        super::arch::hf_decoder::published_mask_id(self.published_mask(), vocab)
     }
 }
 
@@ -152,142 +146,11 @@ impl ModelConfig {
         Self::from_hf_json(&json, path)
     }
 
-    /// Interprets a parsed HF `config.json`.
+    /// Interprets a parsed HF `config.json` (its family's file reads the keys).
     pub fn from_hf_json(json: &Value, path: &Path) -> Result<Self> {
-        let arch = detect_hf_architecture(json, path)?;
-        let r = HfReader { json, path };
-        let cfg = match arch {
-            Architecture::Llada => {
-                let hidden = r.positive("d_model")?;
-                let n_heads = r.positive("n_heads")?;
-                let n_kv_heads = r.opt_usize("n_kv_heads")?.unwrap_or(n_heads);
-                let ffn = match r.opt_usize("mlp_hidden_size")? {
-                    Some(v) => v,
-                    None => r.usize("mlp_ratio")?.checked_mul(hidden).ok_or_else(|| {
-                        EngineError::config(path, format!("`mlp_ratio` times `d_model` {hidden} overflows"))
-                    })?,
-                };
-                let vocab = r.opt_usize("embedding_size")?.unwrap_or(r.usize("vocab_size")?);
-                if !hidden.is_multiple_of(n_heads) {
-                    return Err(EngineError::config(
-                        path,
-                        format!("`d_model` ({hidden}) is not a multiple of `n_heads` ({n_heads})"),
-                    ));
-                }
-                ModelConfig {
-                    arch,
-                    hidden,
-                    n_layers: r.usize("n_layers")?,
-                    n_heads,
-                    n_kv_heads,
-                    head_dim: hidden / n_heads,
-                    ffn,
-                    vocab,
-                    max_seq: r.opt_usize("max_sequence_length")?.unwrap_or(4096),
-                    rope_theta: r.opt_f32("rope_theta")?.unwrap_or(10000.0),
-                    rope_style: RopeStyle::RotateHalf,
-                    rotary_dim: hidden / n_heads,
-                    rms_eps: r.opt_f32("rms_norm_eps")?.unwrap_or(1e-5),
-                    qkv_bias: r.opt_bool("include_qkv_bias")?.unwrap_or(false)
-                        || r.opt_bool("include_bias")?.unwrap_or(false),
-                    qk_norm: r.opt_bool("attention_layer_norm")?.unwrap_or(false),
-                    moe: None,
-                    causal: false,
-                    shift_logits: false,
-                    tie_embeddings: r.opt_bool("weight_tying")?.unwrap_or(false),
-                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.published_mask_id(vocab)),
-                    bos_token_id: r.opt_u32("bos_token_id")?,
-                    eos_token_id: r.opt_u32("eos_token_id")?,
-                    eot_token_id: r.opt_u32("eot_token_id")?,
-                    pad_token_id: r.opt_u32("pad_token_id")?,
-                }
-            }
-            _ => {
-                // Qwen2 / Llama / Qwen3 / Qwen3-MoE / Dream / LLaDA-MoE share the HF "hidden_size" vocabulary.
-                let hidden = r.positive("hidden_size")?;
-                let n_heads = r.positive("num_attention_heads")?;
-                let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
-                let head_dim = match r.opt_usize("head_dim")? {
-                    Some(d) => d,
-                    None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
-                    None => {
-                        return Err(EngineError::config(
-                            path,
-                            format!("`hidden_size` ({hidden}) is not a multiple of `num_attention_heads` ({n_heads}) and no `head_dim` is given"),
-                        ))
-                    }
-                };
-                let moe = if arch == Architecture::Qwen3Moe {
-                    Some(qwen3_moe_config(&r)?)
-                } else if arch == Architecture::LladaMoe {
-                    let expert_ffn = match r.opt_usize("moe_intermediate_size")? {
-                        Some(v) => v,
-                        None => match r.opt_usize("expert_intermediate_size")? {
-                            Some(v) => v,
-                            None => r.usize("intermediate_size")?,
-                        },
-                    };
-                    Some(MoeConfig {
-                        n_experts: r.usize("num_experts")?,
-                        top_k: r.usize("num_experts_per_tok")?,
-                        expert_ffn,
-                        norm_topk_prob: r.opt_bool("norm_topk_prob")?.unwrap_or(false),
-                    })
-                } else {
-                    None
-                };
-                let partial = r.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
-                if !(partial > 0.0 && partial <= 1.0) {
-                    return Err(EngineError::config(
-                        path,
-                        format!("`partial_rotary_factor` is {partial}; it must lie in (0, 1]"),
-                    ));
-                }
-                let vocab = r.usize("vocab_size")?;
-                ModelConfig {
-                    arch,
-                    hidden,
-                    n_layers: r.usize("num_hidden_layers")?,
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    ffn: r.opt_usize("intermediate_size")?.unwrap_or(0),
-                    vocab,
-                    max_seq: r.opt_usize("max_position_embeddings")?.unwrap_or(4096),
-                    rope_theta: match r.opt_f32("rope_theta")? {
-                        Some(t) => t,
-                        // transformers 5 writes only `rope_parameters.rope_theta`.
-                        None => match json.get("rope_parameters").and_then(|p| p.get("rope_theta")) {
-                            None => 10000.0,
-                            Some(t) => t.as_f64().map(|t| t as f32).ok_or_else(|| {
-                                EngineError::config(
-                                    path,
-                                    format!("`rope_parameters.rope_theta` is {}, expected a number", describe(t)),
-                                )
-                            })?,
-                        },
-                    },
-                    rope_style: RopeStyle::RotateHalf,
-                    rotary_dim: ((head_dim as f32) * partial) as usize,
-                    rms_eps: r.opt_f32("rms_norm_eps")?.unwrap_or(1e-6),
-                    qkv_bias: matches!(arch, Architecture::Qwen2 | Architecture::Dream)
-                        || r.opt_bool("attention_bias")?.unwrap_or(false),
-                    qk_norm: matches!(arch, Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::LladaMoe)
-                        && r.opt_bool("qk_layernorm")?.unwrap_or(true),
-                    moe,
-                    causal: !arch.is_diffusion(),
-                    shift_logits: arch == Architecture::Dream,
-                    tie_embeddings: r.opt_bool("tie_word_embeddings")?.unwrap_or(false),
-                    mask_token_id: r.opt_u32("mask_token_id")?.or(arch.published_mask_id(vocab)),
-                    bos_token_id: r.opt_u32("bos_token_id")?,
-                    eos_token_id: r.opt_u32("eos_token_id")?,
-                    eot_token_id: r.opt_u32("eot_token_id")?,
-                    pad_token_id: r.opt_u32("pad_token_id")?,
-                }
-            }
-        };
-        let keys = if arch == Architecture::Llada { ConfigKeys::llada() } else { ConfigKeys::hf() };
-        cfg.validate_keys(path, &keys)?;
+        let family = super::arch::detect_hf(json, path)?;
+        let cfg = family.config_from_hf(&HfConfig { json, path })?;
+        cfg.validate_keys(path, &family.hf_keys())?;
         Ok(cfg)
     }
 
@@ -410,7 +273,9 @@ pub struct ConfigKeys {
 }
 
 impl ConfigKeys {
-    fn from(k: [&str; 19]) -> Self {
+    /// Keys in field order: hidden, layers, heads, kv heads, head dim, rotary, FFN, vocab,
+    /// context, RoPE theta, RMS eps, mask, BOS, EOS, EOT, pad, experts, top-k, expert FFN.
+    pub(crate) fn from(k: [&str; 19]) -> Self {
         let s = |i: usize| k[i].to_owned();
         ConfigKeys {
             hidden: s(0),
@@ -444,16 +309,7 @@ impl ConfigKeys {
             "the experts per token", "the expert FFN size",
         ])
     }
-    /// LLaDA's `config.json`.
-    pub fn llada() -> Self {
-        Self::from([
-            "`d_model`", "`n_layers`", "`n_heads`", "`n_kv_heads`", "`d_model` / `n_heads`",
-            "`d_model` / `n_heads`", "`mlp_hidden_size`", "`vocab_size`", "`max_sequence_length`", "`rope_theta`",
-            "`rms_norm_eps`", "`mask_token_id`", "`bos_token_id`", "`eos_token_id`", "`eot_token_id`",
-            "`pad_token_id`", "`num_experts`", "`num_experts_per_tok`", "`moe_intermediate_size`",
-        ])
-    }
-    /// The Hugging Face `config.json` of Llama, Qwen, Dream and LLaDA-MoE.
+    /// The Hugging Face `config.json` of the HF decoder families (Llama, Qwen, Dream, LLaDA-MoE).
     pub fn hf() -> Self {
         Self::from([
             "`hidden_size`", "`num_hidden_layers`", "`num_attention_heads`", "`num_key_value_heads`",
@@ -517,136 +373,6 @@ pub(crate) fn describe(v: &Value) -> String {
         }
         Value::Array(a) => format!("a list of {} items", a.len()),
         Value::Object(_) => "an object".into(),
-    }
-}
-
-fn detect_hf_architecture(json: &Value, path: &Path) -> Result<Architecture> {
-    let archs: Vec<String> = json
-        .get("architectures")
-        .and_then(|a| a.as_array())
-        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
-        .unwrap_or_default();
-    let model_type = json.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_lowercase();
-    for a in &archs {
-        let found = match a.as_str() {
-            "LLaDAModelLM" | "LLaDAOGuiForDiffusionLM" => Some(Architecture::Llada),
-            "DreamModel" => Some(Architecture::Dream),
-            "LLaDAMoEModel" | "LLaDAMoEModelLM" => Some(Architecture::LladaMoe),
-            "LlamaForCausalLM" => Some(Architecture::Llama),
-            "Qwen2ForCausalLM" => Some(Architecture::Qwen2),
-            "Qwen3ForCausalLM" => Some(Architecture::Qwen3),
-            "Qwen3MoeForCausalLM" => Some(Architecture::Qwen3Moe),
-            _ => None,
-        };
-        if let Some(f) = found {
-            return Ok(f);
-        }
-    }
-    let by_type = match model_type.as_str() {
-        "llada" => Some(Architecture::Llada),
-        "dream" => Some(Architecture::Dream),
-        "llada_moe" | "lladamoe" => Some(Architecture::LladaMoe),
-        "llama" => Some(Architecture::Llama),
-        "qwen2" => Some(Architecture::Qwen2),
-        "qwen3" => Some(Architecture::Qwen3),
-        "qwen3_moe" => Some(Architecture::Qwen3Moe),
-        _ => None,
-    };
-    by_type.ok_or_else(|| EngineError::UnknownArchitecture {
-        path: path.to_owned(),
-        arch: if archs.is_empty() { model_type } else { archs.join(",") },
-    })
-}
-
-/// The MoE settings of a Qwen3-MoE `config.json`. Only configs whose every layer is MoE are
-/// accepted (`decoder_sparse_step` 1, `mlp_only_layers` empty), as in the published checkpoints
-/// and in llama.cpp's `qwen3moe`.
-fn qwen3_moe_config(r: &HfReader) -> Result<MoeConfig> {
-    let step = r.opt_usize("decoder_sparse_step")?.unwrap_or(1);
-    if step != 1 {
-        return Err(EngineError::config(
-            r.path,
-            format!("`decoder_sparse_step` is {step}; only 1 (every layer MoE) is supported"),
-        ));
-    }
-    match r.get("mlp_only_layers") {
-        None => {}
-        Some(Value::Array(a)) if a.is_empty() => {}
-        Some(v) => {
-            return Err(EngineError::config(
-                r.path,
-                format!("`mlp_only_layers` is {}; only an empty list (every layer MoE) is supported", describe(v)),
-            ))
-        }
-    }
-    Ok(MoeConfig {
-        // Published configs say `num_experts`; transformers 5 writes `num_local_experts`.
-        n_experts: match r.opt_usize("num_experts")? {
-            Some(n) => n,
-            None => r.usize("num_local_experts")?,
-        },
-        top_k: r.usize("num_experts_per_tok")?,
-        expert_ffn: r.usize("moe_intermediate_size")?,
-        // transformers' Qwen3MoeConfig default; the published checkpoints set it true.
-        norm_topk_prob: r.opt_bool("norm_topk_prob")?.unwrap_or(false),
-    })
-}
-
-struct HfReader<'a> {
-    json: &'a Value,
-    path: &'a Path,
-}
-
-impl HfReader<'_> {
-    fn get(&self, key: &str) -> Option<&Value> {
-        self.json.get(key).filter(|v| !v.is_null())
-    }
-    fn wrong(&self, key: &str, v: &Value, expected: &str) -> EngineError {
-        EngineError::config(self.path, format!("`{key}` is {}, expected {expected}", describe(v)))
-    }
-    fn usize(&self, key: &str) -> Result<usize> {
-        self.opt_usize(key)?.ok_or_else(|| EngineError::config(self.path, format!("missing integer `{key}`")))
-    }
-    /// A size that later values are derived from: present and at least 1.
-    fn positive(&self, key: &str) -> Result<usize> {
-        match self.usize(key)? {
-            0 => Err(EngineError::config(self.path, format!("`{key}` is 0; it must be at least 1"))),
-            v => Ok(v),
-        }
-    }
-    fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|x| usize::try_from(x).ok())
-                .map(Some)
-                .ok_or_else(|| self.wrong(key, v, "a non-negative integer")),
-        }
-    }
-    fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
-        // Some configs carry a list of EOS ids; take the first.
-        let v = match self.get(key) {
-            None => return Ok(None),
-            Some(Value::Array(a)) => match a.first() {
-                None => return Ok(None),
-                Some(first) => first,
-            },
-            Some(v) => v,
-        };
-        v.as_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| self.wrong(key, v, "a token id"))
-    }
-    fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v.as_f64().map(|x| Some(x as f32)).ok_or_else(|| self.wrong(key, v, "a number")),
-        }
-    }
-    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(v) => v.as_bool().map(Some).ok_or_else(|| self.wrong(key, v, "true or false")),
-        }
     }
 }
 

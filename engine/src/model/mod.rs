@@ -130,7 +130,7 @@ pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Tran
     let config = ModelConfig::from_hf_file(&dir.join("config.json"))?;
     let src = safetensors::SafetensorsSource::open(&dir)?;
     let names = arch::hf_scheme(&config);
-    let weights = weights::ModelWeights::load(&src, names.as_ref(), &config)?;
+    let weights = weights::ModelWeights::load(&src, names, &config)?;
     let bytes = crate::model::tensor::TensorSource::data_bytes(&src);
     drop(src);
     let weights = weights.repack(kernels)?;

@@ -1,6 +1,6 @@
 //! llama.cpp's GGUF tensor names, the same for every architecture (`blk.N.attn_q.weight`, ...).
 
-use super::{ExpertLayout, Global, NameScheme, Part};
+use super::names::{ExpertLayout, Global, NameScheme, Part};
 
 /// GGUF naming as written by llama.cpp's converters.
 pub struct GgufNames;

@@ -1,6 +1,92 @@
-//! HF decoder naming shared by Llama, Qwen2, Qwen3, Qwen3-MoE and Dream (`model.layers.N.self_attn.*`).
+//! What the HF decoder families (Llama, Qwen2, Qwen3, Qwen3-MoE, Dream, LLaDA-MoE) share: the
+//! `hidden_size` vocabulary of `config.json` and the `model.layers.N.self_attn.*` tensor names.
+//! Each family's file says what it adds ([`DecoderTraits`]).
 
-use super::{Global, NameScheme, Part};
+use super::hf_config::HfConfig;
+use super::names::{Global, NameScheme, Part};
+use crate::error::{EngineError, Result};
+use crate::model::config::{describe, Architecture, ModelConfig, MoeConfig, RopeStyle};
+
+/// What a decoder family adds to the shared keys.
+pub struct DecoderTraits {
+    /// q/k/v projections always have biases (else only with `attention_bias`).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on q and k (unless `qk_layernorm` is false).
+    pub qk_norm: bool,
+    /// Logit row p−1 predicts token p.
+    pub shift_logits: bool,
+    /// Reads the family's MoE keys (`None`: a dense model).
+    pub moe: Option<fn(&HfConfig) -> Result<MoeConfig>>,
+}
+
+/// Reads the shared decoder keys of `arch`'s `config.json`.
+pub fn decoder_config(arch: Architecture, r: &HfConfig, traits: DecoderTraits) -> Result<ModelConfig> {
+    let path = r.path;
+    let hidden = r.positive("hidden_size")?;
+    let n_heads = r.positive("num_attention_heads")?;
+    let n_kv_heads = r.opt_usize("num_key_value_heads")?.unwrap_or(n_heads);
+    let head_dim = match r.opt_usize("head_dim")? {
+        Some(d) => d,
+        None if hidden.is_multiple_of(n_heads) => hidden / n_heads,
+        None => {
+            return Err(EngineError::config(
+                path,
+                format!("`hidden_size` ({hidden}) is not a multiple of `num_attention_heads` ({n_heads}) and no `head_dim` is given"),
+            ))
+        }
+    };
+    let moe = traits.moe.map(|read| read(r)).transpose()?;
+    let partial = r.opt_f32("partial_rotary_factor")?.unwrap_or(1.0);
+    if !(partial > 0.0 && partial <= 1.0) {
+        return Err(EngineError::config(path, format!("`partial_rotary_factor` is {partial}; it must lie in (0, 1]")));
+    }
+    let vocab = r.usize("vocab_size")?;
+    let family = super::family(arch);
+    Ok(ModelConfig {
+        arch,
+        hidden,
+        n_layers: r.usize("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn: r.opt_usize("intermediate_size")?.unwrap_or(0),
+        vocab,
+        max_seq: r.opt_usize("max_position_embeddings")?.unwrap_or(4096),
+        rope_theta: match r.opt_f32("rope_theta")? {
+            Some(t) => t,
+            // transformers 5 writes only `rope_parameters.rope_theta`.
+            None => match r.json.get("rope_parameters").and_then(|p| p.get("rope_theta")) {
+                None => 10000.0,
+                Some(t) => t.as_f64().map(|t| t as f32).ok_or_else(|| {
+                    EngineError::config(
+                        path,
+                        format!("`rope_parameters.rope_theta` is {}, expected a number", describe(t)),
+                    )
+                })?,
+            },
+        },
+        rope_style: RopeStyle::RotateHalf,
+        rotary_dim: ((head_dim as f32) * partial) as usize,
+        rms_eps: r.opt_f32("rms_norm_eps")?.unwrap_or(1e-6),
+        qkv_bias: traits.qkv_bias || r.opt_bool("attention_bias")?.unwrap_or(false),
+        qk_norm: traits.qk_norm && r.opt_bool("qk_layernorm")?.unwrap_or(true),
+        moe,
+        causal: !family.is_diffusion(),
+        shift_logits: traits.shift_logits,
+        tie_embeddings: r.opt_bool("tie_word_embeddings")?.unwrap_or(false),
+        mask_token_id: r.opt_u32("mask_token_id")?.or(published_mask_id(family.published_mask(), vocab)),
+        bos_token_id: r.opt_u32("bos_token_id")?,
+        eos_token_id: r.opt_u32("eos_token_id")?,
+        eot_token_id: r.opt_u32("eot_token_id")?,
+        pad_token_id: r.opt_u32("pad_token_id")?,
+    })
+}
+
+/// The published mask id, only for a model with the published vocabulary: any other
+/// vocabulary must name its mask token, or its id would point at an arbitrary token.
+pub(crate) fn published_mask_id(published: Option<(u32, usize)>, vocab: usize) -> Option<u32> {
+    published.filter(|&(_, v)| v == vocab).map(|(id, _)| id)
+}
 
 /// `model.embed_tokens`, `model.layers.N.{self_attn,mlp}.*`, `model.norm`, `lm_head`; experts
 /// (Qwen3-MoE) as `model.layers.N.mlp.experts.E.{gate,up,down}_proj`, router `mlp.gate`.

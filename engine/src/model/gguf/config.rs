@@ -5,6 +5,7 @@ use std::path::Path;
 use super::metadata::Metadata;
 use super::GgufFile;
 use crate::error::{EngineError, Result};
+use crate::model::arch::GgufConventions;
 use crate::model::config::{Architecture, ModelConfig, MoeConfig, RopeStyle};
 use crate::model::tensor::TensorSource;
 
@@ -84,6 +85,7 @@ impl ModelConfig {
             .ok_or_else(|| EngineError::config(path, "missing `general.architecture`"))?;
         let arch = Architecture::from_gguf_name(arch_s)
             .ok_or_else(|| EngineError::UnknownArchitecture { path: path.to_owned(), arch: arch_s.to_owned() })?;
+        let conventions = arch.family().gguf();
         let k = Keys { meta, arch: arch_s, path };
         let hidden = k.positive("embedding_length")?;
         let n_heads = k.positive("attention.head_count")?;
@@ -115,25 +117,21 @@ impl ModelConfig {
             },
         };
         let moe = match k.opt_usize("expert_count")? {
-            Some(n) if n > 0 => Some(moe_config(&k, arch, n)?),
-            _ if arch == Architecture::Qwen3Moe => {
+            Some(n) if n > 0 => Some(moe_config(&k, &conventions, n)?),
+            _ if conventions.requires_experts => {
                 return Err(EngineError::config(
                     path,
-                    format!("`{arch_s}.expert_count` is missing or 0; a qwen3moe model needs at least one expert"),
+                    format!("`{arch_s}.expert_count` is missing or 0; a {arch_s} model needs at least one expert"),
                 ))
             }
             _ => None,
         };
-        // The llama.cpp converter permutes Q/K rows of `llama` and `llada` for adjacent-pair RoPE.
-        let rope_style = match arch {
-            Architecture::Llama | Architecture::Llada => RopeStyle::Interleaved,
-            _ => RopeStyle::RotateHalf,
-        };
+        // The llama.cpp converter permutes Q/K rows of some families for adjacent-pair RoPE.
+        let rope_style = if conventions.permuted_rope { RopeStyle::Interleaved } else { RopeStyle::RotateHalf };
         let diffusion = arch.is_diffusion();
         let causal = k.opt_bool_abs(&k.full("attention.causal"))?.unwrap_or(!diffusion);
         // llama.cpp: an absent `diffusion.shift_logits` means shifted (Dream does not write it).
         let shift_logits = diffusion && k.opt_bool_abs("diffusion.shift_logits")?.unwrap_or(true);
-        let default_eps = if matches!(arch, Architecture::Llama | Architecture::Llada) { 1e-5 } else { 1e-6 };
         let cfg = ModelConfig {
             arch,
             hidden,
@@ -147,7 +145,7 @@ impl ModelConfig {
             rope_theta: k.opt_f32("rope.freq_base")?.unwrap_or(10000.0),
             rope_style,
             rotary_dim: k.opt_usize("rope.dimension_count")?.unwrap_or(head_dim),
-            rms_eps: k.opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(default_eps),
+            rms_eps: k.opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(conventions.default_rms_eps),
             qkv_bias: file.contains("blk.0.attn_q.bias"),
             qk_norm: file.contains("blk.0.attn_q_norm.weight"),
             moe,
@@ -167,18 +165,16 @@ impl ModelConfig {
     }
 }
 
-/// The MoE keys of an architecture with `n_experts` routed experts.
-fn moe_config(k: &Keys, arch: Architecture, n_experts: usize) -> Result<MoeConfig> {
+/// The MoE keys of a family with `n_experts` routed experts.
+fn moe_config(k: &Keys, conventions: &GgufConventions, n_experts: usize) -> Result<MoeConfig> {
     let top_k = k.usize("expert_used_count")?;
-    let qwen3moe = arch == Architecture::Qwen3Moe;
     let expert_ffn = match k.opt_usize("expert_feed_forward_length")? {
         Some(f) => f,
-        // llama.cpp's qwen3moe: n_ff / n_expert_used when the key is absent.
-        None if qwen3moe && top_k > 0 => k.usize("feed_forward_length")? / top_k,
+        None if conventions.expert_ffn_splits_ffn && top_k > 0 => k.usize("feed_forward_length")? / top_k,
         None => k.usize("feed_forward_length")?,
     };
-    // llama.cpp's qwen3moe graph always renormalises the top-k weights; a file of ours that says
-    // otherwise (exported from a config with `norm_topk_prob` false) is taken at its word.
-    let norm_topk_prob = k.opt_bool_abs(&k.full("expert_weights_norm"))?.unwrap_or(qwen3moe);
+    // A file of ours that says otherwise than the family's default (exported from a config with
+    // `norm_topk_prob` false) is taken at its word.
+    let norm_topk_prob = k.opt_bool_abs(&k.full("expert_weights_norm"))?.unwrap_or(conventions.default_norm_topk);
     Ok(MoeConfig { n_experts, top_k, expert_ffn, norm_topk_prob })
 }

@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::kernels::quant::quantize_q8_0;
 use crate::model::arch::gguf_names::GgufNames;
 use crate::model::arch::{hf_scheme, ExpertLayout, Global, NameScheme, Part};
-use crate::model::config::{Architecture, ModelConfig};
+use crate::model::config::ModelConfig;
 use crate::model::safetensors::SafetensorsSource;
 use crate::model::tensor::{DType, TensorSource};
 
@@ -199,7 +199,7 @@ pub fn export_gguf(model_dir: &Path, out_path: &Path, dtype: DType) -> Result<()
     if tok.exists() {
         write_tokenizer_keys(&mut w, &cfg, &tok)?;
     }
-    let permute = matches!(cfg.arch, Architecture::Llama | Architecture::Llada);
+    let permute = cfg.arch.family().gguf().permuted_rope;
     let matrix = |w: &mut GgufWriter, name: String, shape: &[usize], v: &[f32]| -> Result<()> {
         let row = shape.last().copied().unwrap_or(1);
         let dt = if dtype.bytes_for(row).is_some() { dtype } else { DType::F32 };
@@ -328,7 +328,7 @@ fn write_config_keys(w: &mut GgufWriter, cfg: &ModelConfig, model_dir: &Path, dt
             w.add_kv(k, GgufValue::U32(id));
         }
     }
-    if cfg.arch == Architecture::Llada {
+    if cfg.arch.family().gguf().add_bos {
         w.add_kv("tokenizer.ggml.add_bos_token", GgufValue::Bool(true));
     }
 }
@@ -400,11 +400,7 @@ fn write_tokenizer_keys(w: &mut GgufWriter, cfg: &ModelConfig, path: &Path) -> R
                 .collect()
         })
         .unwrap_or_default();
-    let pre = detect_pre(json.get("pre_tokenizer")).unwrap_or(match cfg.arch {
-        Architecture::Llama | Architecture::Llada => "llama-bpe",
-        Architecture::Dream | Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => "qwen2",
-        Architecture::LladaMoe => "default",
-    });
+    let pre = detect_pre(json.get("pre_tokenizer")).unwrap_or(cfg.arch.family().gguf().pre_tokenizer);
     w.add_kv("tokenizer.ggml.model", GgufValue::String("gpt2".into()));
     w.add_kv("tokenizer.ggml.pre", GgufValue::String(pre.into()));
     w.add_kv("tokenizer.ggml.tokens", string_array(&strs));
