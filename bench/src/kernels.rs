@@ -11,7 +11,7 @@ use unmask_engine::kernels::int8::{self, Int8Weights, Isa};
 use unmask_engine::kernels::linear::{KernelChoice, Linear, WeightStorage};
 use unmask_engine::kernels::peak::{measure, PeakKind};
 use unmask_engine::kernels::quant::{quantize_q4_0, quantize_q4_k, quantize_q8_0};
-use unmask_engine::model::tensor::{DType, TensorBytes};
+use unmask_engine::tensor::{DType, TensorBytes};
 
 use crate::synth::Rng;
 

@@ -28,7 +28,7 @@ use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, CacheMode, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::kernels::peak::PeakKind;
-use unmask_engine::model::tensor::DType;
+use unmask_engine::tensor::DType;
 use unmask_engine::model::{load_model, ForwardRequest, KvMode, Transformer};
 
 use crate::kernels::{interleaved, median, peak_fraction, stats};

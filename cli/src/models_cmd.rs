@@ -322,7 +322,7 @@ fn remove(data: &Data, name: &str) -> Result<()> {
 }
 
 fn export_model(model: &ModelArg, out: &Path, dtype: ExportType) -> Result<()> {
-    use unmask_engine::model::tensor::DType;
+    use unmask_engine::tensor::DType;
     let dir = model_path::resolve(model.model.as_deref())?;
     let dt = match dtype {
         ExportType::F32 => DType::F32,

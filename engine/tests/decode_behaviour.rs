@@ -14,7 +14,7 @@ use unmask_engine::decode::{
     DreamAlg, Remasking, StepFrame, StopReason, TokenState,
 };
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{
     load_transformer, ChatTemplate, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, TextTokenizer,
 };

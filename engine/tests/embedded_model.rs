@@ -9,7 +9,7 @@ use std::sync::Arc;
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::gguf::export_gguf;
-use unmask_engine::model::tensor::DType;
+use unmask_engine::tensor::DType;
 use unmask_engine::model::{
     load_model, load_transformer_with, Architecture, ForwardRequest, KernelChoice, KvMode, LoadedModel,
 };
@@ -84,7 +84,7 @@ fn all_four_models_share_the_tokenizer_and_load_as_their_family() {
         assert_eq!(m.config().vocab, 4096, "{name}");
         // Shipped weights are bf16 (the size budget); the engine widens them on load.
         let st = unmask_engine::model::safetensors::SafetensorsSource::open(&dir).unwrap();
-        let emb = unmask_engine::model::tensor::TensorSource::require(
+        let emb = unmask_engine::tensor::TensorSource::require(
             &st,
             if arch == Architecture::Llada { "model.transformer.wte.weight" } else { "model.embed_tokens.weight" },
         )

@@ -1,13 +1,14 @@
 //! GGUF reader, config mapping, writer/exporter and tokenizer against golden files
 //! (`tests/golden/gguf`, `tests/golden/quant`) and optional real files (SmolLM2, llama.cpp vocabularies).
 
+use unmask_engine::kernels::quant::TensorToF32;
 use std::path::{Path, PathBuf};
 
 use unmask_engine::kernels::quant::dequantize;
 use unmask_engine::model::config::{Architecture, RopeStyle};
 use unmask_engine::model::gguf::{export_gguf, GgufFile};
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::{DType, TensorSource};
+use unmask_engine::tensor::{DType, TensorSource};
 use unmask_engine::model::{load_transformer, load_transformer_with, ForwardRequest, KernelChoice, KvMode, ModelConfig, Transformer};
 
 fn golden(rel: &str) -> PathBuf {

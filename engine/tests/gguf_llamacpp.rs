@@ -8,11 +8,12 @@
 //! This checks both directions of the GGUF contract at once: llama.cpp reads what we write (names,
 //! metadata, Q/K permutation, Q8_0 blocks) and we compute what llama.cpp computes from the file.
 
+use unmask_engine::kernels::quant::TensorToF32;
 use std::path::{Path, PathBuf};
 
 use unmask_engine::model::gguf::export_gguf;
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::{DType, TensorSource};
+use unmask_engine::tensor::{DType, TensorSource};
 use unmask_engine::model::{
     load_transformer, load_transformer_with, ForwardRequest, KernelChoice, KvMode, Transformer,
 };

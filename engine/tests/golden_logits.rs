@@ -1,10 +1,11 @@
 //! Our forward pass against logits recorded with HF transformers on random-initialised tiny models
 //! of every supported architecture (`tests/reference/make_tiny_models.py`, files in `tests/golden/`).
 
+use unmask_engine::kernels::quant::TensorToF32;
 use std::path::{Path, PathBuf};
 
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{load_transformer, ForwardRequest, KvMode, Transformer};
 
 fn golden_dir(name: &str) -> PathBuf {

@@ -1,10 +1,11 @@
 //! Accuracy of the int8 path end to end: the golden tiny models (`tests/golden/`) with every matrix
 //! requantised to int8 and activations quantised per token row, against the f32 HF logits.
 
+use unmask_engine::kernels::quant::TensorToF32;
 use std::path::{Path, PathBuf};
 
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{load_transformer_with, ForwardRequest, KernelChoice, KvMode};
 
 /// Documented bound on the max logit error relative to the largest |logit| (see the kernels report):

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use unmask_engine::model::gguf::{tokenizer::tokenizer_from_gguf, GgufFile};
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{is_gguf, load_model, ModelConfig, TextTokenizer};
 
 use crate::error::{Result, StoreError};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::error::{EngineError, Result};
-use crate::model::tensor::{DType, RawTensor, TensorBytes};
+use crate::tensor::{DType, RawTensor, TensorBytes};
 
 use super::f32gemm::PackedF32;
 use super::int8::{Int8Weights, ScaleGroup};

@@ -3,11 +3,26 @@
 
 use half::{bf16, f16};
 
-use crate::model::tensor::DType;
+use crate::error::{EngineError, Result};
+use crate::tensor::{DType, RawTensor};
 
 #[inline]
 fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// A checkpoint tensor's values as f32 (the tensor types sit below the kernels, so the
+/// conversion is a kernel-side extension).
+pub trait TensorToF32 {
+    /// Converts a dense or block-quantised tensor to f32 values (copies).
+    fn to_f32_vec(&self) -> Result<Vec<f32>>;
+}
+
+impl TensorToF32 for RawTensor {
+    fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        dequantize(self.dtype, self.data.as_slice(), self.numel())
+            .ok_or_else(|| EngineError::UnsupportedDType { name: self.name.clone(), dtype: self.dtype.to_string() })
+    }
 }
 
 /// Dequantises `n` elements of `dtype` from `bytes`; `None` for non-float types or a size mismatch.

@@ -137,7 +137,7 @@ impl ModelConfig {
 
     /// Reads `config.json` from an HF model directory or file path.
     pub fn from_hf_file(path: &Path) -> Result<Self> {
-        let text = super::files::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("not valid JSON ({e})")))?;
         if !json.is_object() {

@@ -4,11 +4,9 @@ pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod embedded;
-pub mod files;
 pub mod gguf;
 pub mod kv_cache;
 pub mod safetensors;
-pub mod tensor;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
@@ -16,6 +14,7 @@ pub mod weights;
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
+use crate::files;
 pub use crate::kernels::linear::KernelChoice;
 
 pub use chat::{ChatMessage, ChatTemplate, Role};
@@ -131,7 +130,7 @@ pub fn load_transformer_with(path: &Path, kernels: KernelChoice) -> Result<(Tran
     let src = safetensors::SafetensorsSource::open(&dir)?;
     let names = arch::hf_scheme(&config);
     let weights = weights::ModelWeights::load(&src, names, &config)?;
-    let bytes = crate::model::tensor::TensorSource::data_bytes(&src);
+    let bytes = crate::tensor::TensorSource::data_bytes(&src);
     drop(src);
     let weights = weights.repack(kernels)?;
     Ok((Transformer::new(config, weights), bytes))
@@ -146,7 +145,7 @@ pub fn load_gguf_transformer(file: &gguf::GgufFile) -> Result<(Transformer, u64)
 pub fn load_gguf_transformer_with(file: &gguf::GgufFile, kernels: KernelChoice) -> Result<(Transformer, u64)> {
     let config = ModelConfig::from_gguf(file)?;
     let weights = weights::ModelWeights::load(file, &arch::gguf_names::GgufNames, &config)?.repack(kernels)?;
-    let bytes = crate::model::tensor::TensorSource::data_bytes(file);
+    let bytes = crate::tensor::TensorSource::data_bytes(file);
     Ok((Transformer::new(config, weights), bytes))
 }
 

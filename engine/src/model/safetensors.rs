@@ -7,7 +7,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde_json::Value;
 
-use super::tensor::{corrupt, map_file, Backing, DType, RawTensor, TensorBytes, TensorSource};
+use crate::tensor::{corrupt, map_file, Backing, DType, RawTensor, TensorBytes, TensorSource};
 use crate::error::{EngineError, Result};
 use crate::model::config::describe;
 
@@ -55,7 +55,7 @@ impl SafetensorsSource {
 
     fn open_index(index: &Path) -> Result<Self> {
         const INDEX: &str = "safetensors index";
-        let text = super::files::read_text(index)?;
+        let text = crate::files::read_text(index)?;
         let json: Value =
             serde_json::from_str(&text).map_err(|e| corrupt(index, INDEX, format!("not valid JSON ({e})")))?;
         let map = json
@@ -315,6 +315,7 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, DType, Vec<usize>, Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::quant::TensorToF32;
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()

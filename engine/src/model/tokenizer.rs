@@ -23,7 +23,7 @@ impl TextTokenizer {
         if !path.exists() {
             return Err(EngineError::Tokenizer { path: path.to_owned(), reason: "file not found".into() });
         }
-        let text = super::files::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         check_model_section(&text).map_err(|reason| EngineError::Tokenizer { path: path.to_owned(), reason })?;
         let parsed = guarded(|| text.parse::<tokenizers::Tokenizer>().map_err(|e| e.to_string()));
         let mut inner = parsed.map_err(|e| EngineError::Tokenizer {

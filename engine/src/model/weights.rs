@@ -1,11 +1,12 @@
 //! The generic transformer's weights, loaded from any [`TensorSource`] through a [`NameScheme`].
 
+use crate::kernels::quant::TensorToF32;
 use crate::error::{EngineError, Result};
 use crate::kernels::linear::{KernelChoice, Linear};
 
 use super::arch::{ExpertLayout, Global, NameScheme, Part};
 use super::config::ModelConfig;
-use super::tensor::{DType, TensorBytes, TensorSource};
+use crate::tensor::{DType, TensorBytes, TensorSource};
 
 /// Feed-forward block of one layer.
 #[derive(Debug, Clone)]

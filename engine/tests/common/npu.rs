@@ -14,7 +14,7 @@ use unmask_engine::backend::{Backend, CostProfile, CpuPathExecutor, CpuPathHost,
 use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::{CancelFlag, Canvas, DecodeOutput, DecodeSettings, StepFrame};
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{load_transformer, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
 use unmask_engine::Result;
 

@@ -13,7 +13,7 @@ pub use mock::Mock;
 use unmask_engine::backend::qnn::{BucketPlan, QnnOptions, QnnPrecision};
 use unmask_engine::backend::Backend;
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{load_transformer, ForwardRequest, KvMode, Transformer};
 
 pub fn golden(name: &str) -> PathBuf {

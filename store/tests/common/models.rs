@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use unmask_engine::model::gguf::writer::export_gguf;
-use unmask_engine::model::tensor::DType;
+use unmask_engine::tensor::DType;
 
 /// The embedded default model (an HF directory).
 pub fn tiny_llada() -> PathBuf {

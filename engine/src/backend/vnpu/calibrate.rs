@@ -20,7 +20,7 @@ use crate::error::{EngineError, Result};
 use crate::kernels::linear::Linear;
 use crate::memory::graph::{MatrixDType, Precision, StepShape};
 use crate::memory::plan::PlacementPolicy;
-use crate::model::tensor::DType;
+use crate::tensor::DType;
 use crate::model::weights::{FeedForward, LayerWeights, ModelWeights};
 use crate::model::{ForwardRequest, KvMode, ModelConfig, Transformer};
 use crate::trace::LanePower;

@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use crate::kernels::int8_aarch64 as a64;
 use crate::kernels::quant::dequantize_into;
-use crate::model::tensor::DType;
+use crate::tensor::DType;
 
 use super::reference::quantize_into;
 

@@ -203,7 +203,7 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::tensor::DType;
+    use crate::tensor::DType;
     use proptest::prelude::*;
 
     const LAYOUTS: [Layout; 2] = [Layout::Quad4, Layout::Oct8];

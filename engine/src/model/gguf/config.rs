@@ -7,7 +7,7 @@ use super::GgufFile;
 use crate::error::{EngineError, Result};
 use crate::model::arch::GgufConventions;
 use crate::model::config::{Architecture, ModelConfig, MoeConfig, RopeStyle};
-use crate::model::tensor::TensorSource;
+use crate::tensor::TensorSource;
 
 /// Typed access to `<arch>.*` keys with errors that name the key.
 struct Keys<'a> {

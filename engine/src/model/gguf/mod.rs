@@ -17,7 +17,7 @@ pub use metadata::{GgufValue, Metadata, ValueType};
 pub use reader::{GgmlType, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use writer::{export_gguf, GgufWriter};
 
-use super::tensor::{map_file, Backing, DType, RawTensor, TensorBytes, TensorSource};
+use crate::tensor::{map_file, Backing, DType, RawTensor, TensorBytes, TensorSource};
 use crate::error::{EngineError, Result};
 
 /// A memory-mapped GGUF file: metadata plus zero-copy tensors.
@@ -161,6 +161,7 @@ impl TensorSource for GgufFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::quant::TensorToF32;
 
     fn s(out: &mut Vec<u8>, x: &str) {
         out.extend_from_slice(&(x.len() as u64).to_le_bytes());

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::metadata::{GgufValue, Metadata, ValueType};
 use crate::error::{EngineError, Result};
-use crate::model::tensor::corrupt;
+use crate::tensor::corrupt;
 
 pub(crate) const FORMAT: &str = "GGUF";
 /// `"GGUF"` read as a little-endian u32.

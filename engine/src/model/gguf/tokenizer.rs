@@ -15,7 +15,7 @@ use super::GgufFile;
 use crate::error::{EngineError, Result};
 use crate::model::chat::ChatTemplate;
 use crate::model::config::Architecture;
-use crate::model::tensor::TensorSource;
+use crate::tensor::TensorSource;
 use crate::model::tokenizer::TextTokenizer;
 
 /// llama.cpp token types that are matched as whole added tokens.

@@ -1,5 +1,6 @@
 //! A small GGUF v3 writer and an HF-checkpoint → GGUF exporter using llama.cpp's names and keys.
 
+use crate::kernels::quant::TensorToF32;
 use std::path::Path;
 
 use serde_json::Value;
@@ -13,7 +14,7 @@ use crate::model::arch::gguf_names::GgufNames;
 use crate::model::arch::{hf_scheme, ExpertLayout, Global, NameScheme, Part};
 use crate::model::config::ModelConfig;
 use crate::model::safetensors::SafetensorsSource;
-use crate::model::tensor::{DType, TensorSource};
+use crate::tensor::{DType, TensorSource};
 
 struct PendingTensor {
     name: String,

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use unmask_engine::model::gguf::{self as g, GgufFile, GgufValue, GgufWriter, ValueType};
-use unmask_engine::model::tensor::DType;
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::DType;
+use unmask_engine::tensor::TensorSource;
 
 use super::files;
 use super::{Corpus, Expect, Result};

@@ -434,7 +434,7 @@ pub const ALIGN: usize = DEFAULT_ALIGNMENT;
 mod tests {
     use super::*;
     use unmask_engine::model::gguf::GgufWriter;
-    use unmask_engine::model::tensor::DType;
+    use unmask_engine::tensor::DType;
 
     #[test]
     fn decode_encode_roundtrip_is_exact() {

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 use unmask_engine::model::arch::{hf_scheme, Global, Part};
 use unmask_engine::model::gguf::export_gguf;
-use unmask_engine::model::tensor::DType;
+use unmask_engine::tensor::DType;
 use unmask_engine::model::ModelConfig;
 
 use super::gguf_format::{self, Val};

@@ -2,8 +2,9 @@
 //! tokenizer and chat template, and whole-model loading. One target per stage, each mutating the
 //! keys its stage reads, so every stage gets deep executions.
 
+use unmask_engine::kernels::quant::TensorToF32;
 use unmask_engine::model::gguf::{reader, tokenizer, GgufFile};
-use unmask_engine::model::tensor::TensorSource;
+use unmask_engine::tensor::TensorSource;
 use unmask_engine::model::{load_gguf_transformer, load_model, ChatMessage, ModelConfig};
 use unmask_engine::EngineError;
 

@@ -1,7 +1,8 @@
 //! Safetensors: a single file's header and data, and a sharded model's index.
 
+use unmask_engine::kernels::quant::TensorToF32;
 use unmask_engine::model::safetensors::SafetensorsSource;
-use unmask_engine::model::tensor::{DType, TensorSource};
+use unmask_engine::tensor::{DType, TensorSource};
 use unmask_engine::EngineError;
 
 use super::{Scratch, Target};

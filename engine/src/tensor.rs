@@ -188,11 +188,6 @@ impl RawTensor {
         }
         Ok(())
     }
-    /// Converts a dense tensor to f32 values (copies).
-    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
-        crate::kernels::quant::dequantize(self.dtype, self.data.as_slice(), self.numel())
-            .ok_or_else(|| EngineError::UnsupportedDType { name: self.name.clone(), dtype: self.dtype.to_string() })
-    }
     /// Integer tensors (I64/I32) as i64 values.
     pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
         let b = self.data.as_slice();
@@ -298,7 +293,7 @@ pub trait TensorSource: Send + Sync {
 
 /// Memory-maps a whole file read-only.
 pub fn map_file(path: &Path) -> Result<Arc<Mmap>> {
-    super::files::require_regular(path)?;
+    crate::files::require_regular(path)?;
     let file = std::fs::File::open(path).map_err(|e| EngineError::io(path, e))?;
     // SAFETY: the file is opened read-only and we never write through the map; if another
     // process truncates it underneath us we may fault, which is the documented mmap contract.
