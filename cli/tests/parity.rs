@@ -30,7 +30,7 @@ async fn app_run(state: &AppState, prompt: &str, backend: BackendChoice) -> i64 
         block_length: 16,
         steps: 32,
         seed: 7,
-        cache: unmask_app_lib::dto::CacheChoice::Prefix,
+        cache: unmask_engine::decode::CacheMode::Prefix,
         ..DecodeSettings::default()
     };
     let req = GenerateRequest {

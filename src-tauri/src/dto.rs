@@ -105,34 +105,9 @@ impl BackendChoice {
     }
 }
 
-/// LLaDA remasking strategy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
-#[serde(rename_all = "camelCase")]
-pub enum RemaskingChoice {
-    LowConfidence,
-    Random,
-}
-
-/// KV cache mode between steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
-#[serde(rename_all = "camelCase")]
-pub enum CacheChoice {
-    None,
-    Prefix,
-    Dual,
-}
-
-/// How mixture-of-experts layers run (dense models ignore it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, Type)]
-#[serde(rename_all = "camelCase")]
-pub enum MoeChoice {
-    #[default]
-    Cpu,
-    Naive,
-    StaticTiers,
-}
-
 /// The decoding knobs the UI edits (a subset of the engine's settings; see `settings_schema`).
+/// The choices are the engine's own enums, spelled as everywhere else (kebab-case, e.g.
+/// `low-confidence`); the engine also reads the camelCase spellings older app builds sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
 #[serde(rename_all = "camelCase")]
 pub struct DecodeSettings {
@@ -141,12 +116,12 @@ pub struct DecodeSettings {
     pub steps: u32,
     #[specta(type = i32)]
     pub temperature: f64,
-    pub remasking: RemaskingChoice,
-    pub cache: CacheChoice,
+    pub remasking: Remasking,
+    pub cache: CacheMode,
     #[specta(type = Option<i32>)]
     pub threshold: Option<f64>,
-    /// Dream: "entropy" | "margin" | "maskgitPlus" | "origin".
-    pub algorithm: Option<String>,
+    /// Dream position selection; null = the engine's default (`origin`).
+    pub algorithm: Option<DreamAlg>,
     pub speculative: bool,
     pub revision: bool,
     #[specta(type = i32)]
@@ -154,7 +129,7 @@ pub struct DecodeSettings {
     pub seed: u32,
     /// MoE execution policy; missing in settings saved before it existed.
     #[serde(default)]
-    pub moe: MoeChoice,
+    pub moe: MoePolicy,
 }
 
 impl Default for DecodeSettings {
@@ -163,69 +138,52 @@ impl Default for DecodeSettings {
     }
 }
 
-/// Dream algorithm names of the contract.
-pub const ALGORITHMS: [&str; 4] = ["origin", "maskgitPlus", "margin", "entropy"];
-
 impl DecodeSettings {
     /// Engine settings for these knobs; everything the contract does not name keeps the engine
-    /// default. Errors: an unknown Dream algorithm name.
-    pub fn to_engine(&self) -> Result<engine_decode::DecodeSettings, String> {
-        let o = self.to_overrides()?;
-        Ok(engine_decode::DecodeSettings {
+    /// default.
+    pub fn to_engine(&self) -> engine_decode::DecodeSettings {
+        let o = self.to_overrides();
+        engine_decode::DecodeSettings {
             gen_length: self.gen_length as usize,
             block_length: self.block_length as usize,
             steps: self.steps as usize,
             temperature: self.temperature,
-            remasking: o.remasking.unwrap_or(Remasking::LowConfidence),
+            remasking: self.remasking,
             cfg_scale: self.cfg_scale,
             threshold: self.threshold,
-            cache: o.cache.unwrap_or(CacheMode::None),
+            cache: self.cache,
             seed: u64::from(self.seed),
-            alg: o.alg.unwrap_or(DreamAlg::Origin),
+            alg: self.algorithm.unwrap_or(DreamAlg::Origin),
             speculative: o.speculative,
             revision: o.revision,
             moe: o.moe,
             ..engine_decode::DecodeSettings::default()
-        })
+        }
     }
 
     /// What the user set, for the run pipeline to combine with the model's defaults
     /// ([`unmask_engine::run::effective_settings`]).
-    pub fn to_overrides(&self) -> Result<SettingsOverrides, String> {
-        let alg = match self.algorithm.as_deref() {
-            None | Some("origin") => DreamAlg::Origin,
-            Some("maskgitPlus") => DreamAlg::MaskgitPlus,
-            Some("margin") => DreamAlg::TopkMargin,
-            Some("entropy") => DreamAlg::Entropy,
-            Some(other) => return Err(format!("unknown algorithm `{other}` (one of {})", ALGORITHMS.join(", "))),
-        };
-        Ok(SettingsOverrides {
+    pub fn to_overrides(&self) -> SettingsOverrides {
+        SettingsOverrides {
             gen_length: Some(self.gen_length as usize),
             block_length: Some(self.block_length as usize),
             steps: Some(self.steps as usize),
             temperature: Some(self.temperature),
-            remasking: Some(match self.remasking {
-                RemaskingChoice::LowConfidence => Remasking::LowConfidence,
-                RemaskingChoice::Random => Remasking::Random,
-            }),
+            remasking: Some(self.remasking),
             cfg_scale: Some(self.cfg_scale),
             threshold: self.threshold,
-            cache: Some(match self.cache {
-                CacheChoice::None => CacheMode::None,
-                CacheChoice::Prefix => CacheMode::Prefix,
-                CacheChoice::Dual => CacheMode::Dual,
-            }),
+            cache: Some(self.cache),
             seed: Some(u64::from(self.seed)),
-            alg: Some(alg),
+            alg: Some(self.algorithm.unwrap_or(DreamAlg::Origin)),
             speculative: self.speculative.then(Default::default),
             revision: self.revision.then(Default::default),
+            // The CPU policy is the engine's default: no MoE settings recorded for it.
             moe: match self.moe {
-                MoeChoice::Cpu => None,
-                MoeChoice::Naive => Some(MoeSettings { policy: MoePolicy::Naive, ..Default::default() }),
-                MoeChoice::StaticTiers => Some(MoeSettings { policy: MoePolicy::StaticTiers, ..Default::default() }),
+                MoePolicy::Cpu => None,
+                policy => Some(MoeSettings { policy, ..Default::default() }),
             },
             ..SettingsOverrides::default()
-        })
+        }
     }
 
     /// The contract's view of engine settings (stored runs and presets).
@@ -236,34 +194,15 @@ impl DecodeSettings {
             block_length: sat(s.block_length),
             steps: sat(s.steps),
             temperature: s.temperature,
-            remasking: match s.remasking {
-                Remasking::LowConfidence => RemaskingChoice::LowConfidence,
-                Remasking::Random => RemaskingChoice::Random,
-            },
-            cache: match s.cache {
-                CacheMode::None => CacheChoice::None,
-                CacheMode::Prefix => CacheChoice::Prefix,
-                CacheMode::Dual => CacheChoice::Dual,
-            },
+            remasking: s.remasking,
+            cache: s.cache,
             threshold: s.threshold,
-            algorithm: Some(
-                match s.alg {
-                    DreamAlg::Origin => "origin",
-                    DreamAlg::MaskgitPlus => "maskgitPlus",
-                    DreamAlg::TopkMargin => "margin",
-                    DreamAlg::Entropy => "entropy",
-                }
-                .to_owned(),
-            ),
+            algorithm: Some(s.alg),
             speculative: s.speculative.is_some(),
             revision: s.revision.is_some(),
             cfg_scale: s.cfg_scale,
             seed: u32::try_from(s.seed).unwrap_or(u32::MAX),
-            moe: match s.moe.map(|m| m.policy) {
-                None | Some(MoePolicy::Cpu) => MoeChoice::Cpu,
-                Some(MoePolicy::Naive) => MoeChoice::Naive,
-                Some(MoePolicy::StaticTiers) => MoeChoice::StaticTiers,
-            },
+            moe: s.moe.map(|m| m.policy).unwrap_or_default(),
         }
     }
 }
@@ -602,17 +541,17 @@ mod tests {
             block_length: 16,
             steps: 24,
             temperature: 0.5,
-            remasking: RemaskingChoice::Random,
-            cache: CacheChoice::Dual,
+            remasking: Remasking::Random,
+            cache: CacheMode::Dual,
             threshold: Some(0.9),
-            algorithm: Some("entropy".into()),
+            algorithm: Some(DreamAlg::Entropy),
             speculative: true,
             revision: true,
             cfg_scale: 1.5,
             seed: 7,
-            moe: MoeChoice::StaticTiers,
+            moe: MoePolicy::StaticTiers,
         };
-        let e = s.to_engine().expect("valid");
+        let e = s.to_engine();
         assert_eq!(e.gen_length, 48);
         assert_eq!(e.moe.map(|m| m.policy), Some(MoePolicy::StaticTiers));
         assert_eq!(e.alg, DreamAlg::Entropy);
@@ -621,10 +560,42 @@ mod tests {
     }
 
     #[test]
+    fn settings_use_the_engine_spelling_and_read_the_old_app_one() {
+        let s = DecodeSettings {
+            algorithm: Some(DreamAlg::TopkMargin),
+            moe: MoePolicy::StaticTiers,
+            ..DecodeSettings::default()
+        };
+        let v = serde_json::to_value(&s).expect("json");
+        assert_eq!(
+            (&v["remasking"], &v["cache"], &v["algorithm"], &v["moe"]),
+            (&"low-confidence".into(), &"none".into(), &"topk-margin".into(), &"static-tiers".into())
+        );
+        // Settings as an older app build sent and showed them (camelCase choices, its own
+        // algorithm names, no `moe` yet).
+        let old = serde_json::json!({
+            "genLength": 32, "blockLength": 16, "steps": 32, "temperature": 0.0,
+            "remasking": "lowConfidence", "cache": "prefix", "threshold": 0.9, "algorithm": "margin",
+            "speculative": false, "revision": false, "cfgScale": 0.0, "seed": 0
+        });
+        let read: DecodeSettings = serde_json::from_value(old).expect("old settings");
+        assert_eq!(read.remasking, Remasking::LowConfidence);
+        assert_eq!(read.cache, CacheMode::Prefix);
+        assert_eq!(read.algorithm, Some(DreamAlg::TopkMargin));
+        assert_eq!(read.moe, MoePolicy::Cpu);
+        let mut old = serde_json::to_value(DecodeSettings::default()).expect("json");
+        old["algorithm"] = "maskgitPlus".into();
+        old["moe"] = "staticTiers".into();
+        let read: DecodeSettings = serde_json::from_value(old).expect("old choices");
+        assert_eq!((read.algorithm, read.moe), (Some(DreamAlg::MaskgitPlus), MoePolicy::StaticTiers));
+    }
+
+    #[test]
     fn unknown_algorithm_is_refused() {
-        let s = DecodeSettings { algorithm: Some("greedy".into()), ..Default::default() };
-        let err = s.to_engine().unwrap_err();
-        assert!(err.contains("greedy"), "{err}");
+        let mut full = serde_json::to_value(DecodeSettings::default()).expect("json");
+        full["algorithm"] = "greedy".into();
+        let err = serde_json::from_value::<DecodeSettings>(full).expect_err("unknown algorithm");
+        assert!(err.to_string().contains("greedy"), "{err}");
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl AppState {
         let model = self.resolve_model(req.model_id).await?;
         let loaded = self.load(&model).await?;
         // The one settings rule of every front end: the user's choices over the model's defaults.
-        let overrides = req.settings.to_overrides().map_err(AppError::invalid)?;
+        let overrides = req.settings.to_overrides();
         let settings = effective_settings(&loaded.transformer.config, &loaded.generation, &overrides);
         settings.validate()?;
 

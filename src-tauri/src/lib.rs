@@ -21,7 +21,7 @@ pub mod smoke;
 pub mod state;
 pub mod timeline;
 
-pub use error::{AppError, AppResult};
+pub use error::{AppError, AppErrorKind, AppResult};
 pub use state::AppState;
 
 use tauri::Manager;

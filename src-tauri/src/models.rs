@@ -8,7 +8,7 @@ use unmask_engine::decode::WorkingSetRates;
 use unmask_store::{ModelFile, ModelId, ModelRecord};
 
 use crate::dto::{AppInfo, Conversation, ConversationDetail, Message, ModelEntry, Role, RunSummary};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppErrorKind, AppResult};
 use crate::runs::MAX_LIST;
 use crate::state::AppState;
 
@@ -95,7 +95,7 @@ impl AppState {
             sqlx::query_as("SELECT model_id, COUNT(*) FROM runs WHERE model_id IS NOT NULL GROUP BY model_id")
                 .fetch_all(self.store.pool())
                 .await
-                .map_err(|e| AppError::new("store", format!("counting runs: {e}")))?;
+                .map_err(|e| AppError::new(AppErrorKind::Store, format!("counting runs: {e}")))?;
         Ok(rows.into_iter().map(|(m, n)| (m, u32::try_from(n).unwrap_or(u32::MAX))).collect())
     }
 
@@ -169,7 +169,7 @@ impl AppState {
             return Err(AppError::invalid("no path given"));
         }
         if !p.exists() {
-            return Err(AppError::new("notFound", format!("{}: no such file or folder", p.display())));
+            return Err(AppError::not_found(format!("{}: no such file or folder", p.display())));
         }
         let m = self.store.import_model(p, name.filter(|n| !n.trim().is_empty()), true).await?;
         self.model_entry(&m).await

@@ -99,7 +99,7 @@ impl AppState {
         if is_builtin(name) {
             return Err(AppError::invalid(format!("`{name}` is a built-in preset; save under another name")));
         }
-        let engine = settings.to_engine().map_err(AppError::invalid)?;
+        let engine = settings.to_engine();
         engine.validate()?;
         if backend.kind == crate::dto::BackendKind::Vnpu {
             crate::backends::device_profile(backend.device.as_deref().unwrap_or(unmask_engine::run::DEFAULT_DEVICE))?;

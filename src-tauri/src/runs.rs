@@ -10,7 +10,7 @@ use unmask_engine::trace::to_chrome_trace;
 use unmask_store::{ModelId, RunId, RunRecord, StoredTimeline};
 
 use crate::dto::{BackendChoice, DecodeSettings, RunDetail, RunStatus, RunSummary};
-use crate::error::{AppError, AppResult};
+use crate::error::{AppError, AppErrorKind, AppResult};
 use crate::generate::frame_delta;
 use crate::sink::NullSink;
 use crate::state::AppState;
@@ -130,7 +130,7 @@ impl AppState {
         let json = self.perfetto_json(run_id).await?;
         tokio::fs::write(path, json.as_bytes())
             .await
-            .map_err(|e| AppError::new("io", format!("{}: {e}", path.display())))?;
+            .map_err(|e| AppError::new(AppErrorKind::Io, format!("{}: {e}", path.display())))?;
         Ok(json.len() as u64)
     }
 

@@ -2,9 +2,11 @@
 //! choices, engine default, the kinds of model it applies to and a plain-language explanation
 //! for the settings panel.
 
+use unmask_engine::decode::{CacheMode, DreamAlg, Remasking};
 use unmask_engine::model::config::{Architecture, ModelConfig};
+use unmask_engine::moe::MoePolicy;
 
-use crate::dto::{DecodeSettings, SettingInfo, SettingKind, SettingValue, ALGORITHMS};
+use crate::dto::{DecodeSettings, SettingInfo, SettingKind, SettingValue};
 
 /// Model kinds of [`crate::dto::ModelEntry::kinds`] and [`SettingInfo::applies_to`].
 pub const KIND_DIFFUSION: &str = "diffusion";
@@ -65,9 +67,11 @@ fn range(mut s: SettingInfo, min: f64, max: f64, default: SettingValue) -> Setti
     s
 }
 
-fn choice(mut s: SettingInfo, options: &[&str], default: &str) -> SettingInfo {
-    s.options = Some(options.iter().map(|o| (*o).to_owned()).collect());
-    s.default = Some(SettingValue::Text(default.into()));
+/// A choice among an engine enum's values, offered in their one spelling (what the settings
+/// carry on the wire).
+fn choice<T: std::fmt::Display>(mut s: SettingInfo, options: &[T], default: T) -> SettingInfo {
+    s.options = Some(options.iter().map(T::to_string).collect());
+    s.default = Some(SettingValue::Text(default.to_string()));
     s
 }
 
@@ -103,13 +107,13 @@ pub fn settings_schema() -> Vec<SettingInfo> {
         ),
         only(choice(
             info("remasking", "Remasking", SettingKind::Choice,
-                "Which predictions are kept in a step (LLaDA): lowConfidence keeps the most confident positions and re-masks the rest; random keeps a random choice of positions."),
-            &["lowConfidence", "random"], "lowConfidence",
+                "Which predictions are kept in a step (LLaDA): low-confidence keeps the most confident positions and re-masks the rest; random keeps a random choice of positions."),
+            &[Remasking::LowConfidence, Remasking::Random], d.remasking,
         ), &[KIND_LLADA]),
         only(choice(
             info("cache", "KV cache", SettingKind::Choice,
                 "Reuse of attention keys/values between steps (Fast-dLLM): none recomputes the whole canvas every step (exact); prefix caches everything before the current block at block start; dual also caches the part after it, so a step forwards only the block. Caches are approximations that speed decoding up."),
-            &["none", "prefix", "dual"], "none",
+            &[CacheMode::None, CacheMode::Prefix, CacheMode::Dual], d.cache,
         ), &[KIND_DIFFUSION]),
         only(optional(range(
             info("threshold", "Confidence threshold", SettingKind::Float,
@@ -118,8 +122,8 @@ pub fn settings_schema() -> Vec<SettingInfo> {
         ), "Parallel decoding by confidence threshold"), &[KIND_DIFFUSION]),
         only(optional(choice(
             info("algorithm", "Dream position selection", SettingKind::Choice,
-                "Which masked positions to reveal first (Dream models). origin reveals random positions with the schedule's probability; maskgitPlus picks the highest top-1 probability; margin the largest gap between the top two tokens; entropy the lowest-entropy (most certain) positions."),
-            &ALGORITHMS, "origin",
+                "Which masked positions to reveal first (Dream models). origin reveals random positions with the schedule's probability; maskgit-plus picks the highest top-1 probability; topk-margin the largest gap between the top two tokens; entropy the lowest-entropy (most certain) positions."),
+            &[DreamAlg::Origin, DreamAlg::MaskgitPlus, DreamAlg::TopkMargin, DreamAlg::Entropy], DreamAlg::Origin,
         ), "Choose the position selection (else the model's default)"), &[KIND_DREAM]),
         only(flag(
             info("speculative", "Speculative drafts", SettingKind::Bool,
@@ -133,8 +137,8 @@ pub fn settings_schema() -> Vec<SettingInfo> {
         ), &[KIND_DIFFUSION]),
         only(choice(
             info("moe", "Mixture-of-experts execution", SettingKind::Choice,
-                "How the experts of a mixture-of-experts model run: cpu routes every token to its experts exactly, all experts in one parallel pass; naive launches each expert separately (what a simple NPU offload does); staticTiers gives each expert a fixed capacity from the model's calibration, drops the least salient tokens beyond it, and runs experts in groups, one launch per group."),
-            &["cpu", "naive", "staticTiers"], "cpu",
+                "How the experts of a mixture-of-experts model run: cpu routes every token to its experts exactly, all experts in one parallel pass; naive launches each expert separately (what a simple NPU offload does); static-tiers gives each expert a fixed capacity from the model's calibration, drops the least salient tokens beyond it, and runs experts in groups, one launch per group."),
+            &[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers], d.moe,
         ), &[KIND_MOE]),
         only(range(
             info("cfgScale", "Guidance scale (CFG)", SettingKind::Float,
@@ -166,6 +170,23 @@ mod tests {
             assert!(s.explanation.len() > 40, "{} needs a real explanation", s.key);
             if s.kind == SettingKind::Choice {
                 assert!(s.options.as_ref().is_some_and(|o| o.len() >= 2), "{}", s.key);
+            }
+        }
+    }
+
+    #[test]
+    fn every_choice_is_a_value_the_settings_accept() {
+        for s in settings_schema().into_iter().filter(|s| s.kind == SettingKind::Choice) {
+            let mut options = s.options.clone().unwrap_or_default();
+            if let Some(SettingValue::Text(d)) = &s.default {
+                options.push(d.clone());
+            }
+            for o in options {
+                let mut json = serde_json::to_value(DecodeSettings::default()).expect("json");
+                json[&s.key] = o.clone().into();
+                let back: DecodeSettings =
+                    serde_json::from_value(json).unwrap_or_else(|e| panic!("{}: {o}: {e}", s.key));
+                assert_eq!(serde_json::to_value(back).expect("json")[&s.key], o.as_str(), "{}", s.key);
             }
         }
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use unmask_app_lib::dto::*;
 use unmask_app_lib::sink::{CollectSink, EventSink};
-use unmask_app_lib::AppState;
+use unmask_app_lib::{AppErrorKind, AppState};
 
 fn settings() -> DecodeSettings {
     DecodeSettings { gen_length: 32, block_length: 16, steps: 32, ..DecodeSettings::default() }
@@ -63,7 +63,7 @@ async fn first_launch_registers_the_embedded_model_and_built_in_presets() {
     assert_eq!(presets.iter().filter(|p| p.builtin).count(), 3, "{presets:?}");
     // The UI starts with the first preset: it must be the reference decoder, not a faster approximation.
     assert!(presets[0].builtin && presets[0].settings.threshold.is_none() && !presets[0].settings.speculative, "{presets:?}");
-    assert_eq!(presets[0].settings.cache, unmask_app_lib::dto::CacheChoice::None, "{presets:?}");
+    assert_eq!(presets[0].settings.cache, unmask_engine::decode::CacheMode::None, "{presets:?}");
     let spec = presets.iter().find(|p| p.settings.speculative).expect("speculative preset");
     assert!(spec.settings.revision);
     assert_eq!(spec.backend, BackendChoice::vnpu("sm8750"));
@@ -200,7 +200,7 @@ async fn regenerate_replaces_the_turn_and_compare_shows_both_runs() {
     bad.conversation_id = Some(conv);
     bad.replace_from_message_id = Some(999_999);
     let err = state.generate(bad, Arc::new(CollectSink::default())).await.expect_err("foreign message");
-    assert_eq!(err.kind, "invalid");
+    assert_eq!(err.kind, AppErrorKind::Invalid);
 }
 
 /// Stops the run as soon as it starts.
@@ -238,20 +238,20 @@ async fn bad_requests_give_clear_errors() {
     let state = AppState::open(dir.path()).await.expect("open");
     let missing = dir.path().join("no-such-model");
     let err = state.import_model(missing.to_str().expect("utf8"), None).await.expect_err("missing path");
-    assert_eq!(err.kind, "notFound");
+    assert_eq!(err.kind, AppErrorKind::NotFound);
     assert!(err.message.contains("no-such-model"), "{err:?}");
     let not_a_model = dir.path().join("empty");
     std::fs::create_dir_all(&not_a_model).expect("mkdir");
     std::fs::write(not_a_model.join("readme.txt"), "hello").expect("write");
     let err = state.import_model(not_a_model.to_str().expect("utf8"), None).await.expect_err("not a model");
-    assert!(!err.message.is_empty() && err.kind != "internal", "{err:?}");
+    assert!(!err.message.is_empty() && err.kind != AppErrorKind::Internal, "{err:?}");
     assert_eq!(state.list_models().await.expect("models").len(), 1);
 
     let sink = CollectSink::<GenerateEvent>::default();
     let mut req = request("hi");
     req.settings.gen_length = 30; // not a multiple of the block length
     let err = state.generate(req, Arc::new(sink.clone())).await.expect_err("bad settings");
-    assert_eq!(err.kind, "invalidSettings");
+    assert_eq!(err.kind, AppErrorKind::InvalidSettings);
     assert!(matches!(sink.events().last(), Some(GenerateEvent::Failed { message }) if *message == err.message));
     let mut req = request("hi");
     req.backend = BackendChoice::vnpu("no-such-phone");
@@ -284,6 +284,56 @@ async fn presets_crud_and_rerun_with_presets() {
     assert!(state.list_conversations().await.expect("convs").is_empty(), "re-runs are not chats");
     state.delete_preset(p.id).await.expect("delete");
     assert_eq!(state.list_presets().await.expect("list").len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presets_stored_with_older_spellings_still_load() {
+    use unmask_engine::decode::{CacheMode, DreamAlg, Remasking};
+    use unmask_engine::moe::MoePolicy;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    // Settings rows as older builds left them: snake_case choices (before the spellings were
+    // unified) and the camelCase ones of older app builds.
+    let rows = [
+        (
+            "old snake",
+            r#"{"gen_length":32,"block_length":16,"steps":32,"remasking":"low_confidence","cache":"prefix","alg":"topk_margin"}"#,
+        ),
+        (
+            "old camel",
+            r#"{"gen_length":32,"block_length":16,"steps":32,"remasking":"lowConfidence","cache":"dual","alg":"maskgitPlus","moe":{"policy":"staticTiers"}}"#,
+        ),
+    ];
+    for (name, json) in rows {
+        sqlx::query(
+            "INSERT INTO presets (name, description, settings_json, system_prompt, backend, created_at, updated_at)
+             VALUES (?, '', ?, NULL, 'cpu', 0, 0)",
+        )
+        .bind(name)
+        .bind(json)
+        .execute(state.store.pool())
+        .await
+        .expect("insert");
+    }
+    let presets = state.list_presets().await.expect("presets");
+    let by =
+        |n: &str| presets.iter().find(|p| p.name == n).unwrap_or_else(|| panic!("{n}: {presets:?}")).settings.clone();
+    let snake = by("old snake");
+    assert_eq!(
+        (snake.remasking, snake.cache, snake.algorithm),
+        (Remasking::LowConfidence, CacheMode::Prefix, Some(DreamAlg::TopkMargin))
+    );
+    let camel = by("old camel");
+    assert_eq!(
+        (camel.cache, camel.algorithm, camel.moe),
+        (CacheMode::Dual, Some(DreamAlg::MaskgitPlus), MoePolicy::StaticTiers)
+    );
+    // What the UI gets is the one spelling.
+    let v = serde_json::to_value(&camel).expect("json");
+    assert_eq!(
+        (v["remasking"].as_str(), v["algorithm"].as_str(), v["moe"].as_str()),
+        (Some("low-confidence"), Some("maskgit-plus"), Some("static-tiers"))
+    );
 }
 
 fn prompt_tokens(events: &[GenerateEvent]) -> u32 {
@@ -332,9 +382,9 @@ async fn system_prompt_rename_and_search_of_conversations() {
     let renamed = state.rename_conversation(sys.id, "  Sums\n with rules ").await.expect("rename");
     assert_eq!(renamed.title, "Sums with rules");
     assert_eq!(state.get_conversation(sys.id).await.expect("conv").conversation.title, "Sums with rules");
-    assert_eq!(state.rename_conversation(sys.id, " \n").await.expect_err("empty").kind, "invalid");
-    assert_eq!(state.rename_conversation(999_999, "x").await.expect_err("unknown").kind, "notFound");
-    assert_eq!(state.set_system_prompt(999_999, None).await.expect_err("unknown").kind, "notFound");
+    assert_eq!(state.rename_conversation(sys.id, " \n").await.expect_err("empty").kind, AppErrorKind::Invalid);
+    assert_eq!(state.rename_conversation(999_999, "x").await.expect_err("unknown").kind, AppErrorKind::NotFound);
+    assert_eq!(state.set_system_prompt(999_999, None).await.expect_err("unknown").kind, AppErrorKind::NotFound);
 
     // Search: titles and message text, case-insensitive; blank lists everything.
     let ids = |cs: Vec<Conversation>| cs.into_iter().map(|c| c.id).collect::<Vec<_>>();

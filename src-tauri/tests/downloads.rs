@@ -12,7 +12,7 @@ use std::time::Duration;
 use unmask_app_lib::downloads::DownloadChoice;
 use unmask_app_lib::dto::DownloadEvent;
 use unmask_app_lib::sink::CollectSink;
-use unmask_app_lib::AppState;
+use unmask_app_lib::{AppErrorKind, AppState};
 
 /// A repository model other than the embedded one (the store refuses a second copy of the same
 /// weights).
@@ -134,7 +134,7 @@ async fn cancel_discards_the_partial_download() {
         .start_download("ftp://x", "a/b", &DownloadChoice::default(), None, Arc::new(sink))
         .await
         .expect_err("bad URL");
-    assert_eq!(err.kind, "invalid");
+    assert_eq!(err.kind, AppErrorKind::Invalid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,5 +177,5 @@ async fn the_chosen_revision_and_file_are_requested() {
     let bad = DownloadChoice { revision: None, file: Some("model.safetensors") };
     let err =
         state.start_download(&server.base_url, "unmask/x", &bad, None, Arc::new(sink)).await.expect_err("not gguf");
-    assert_eq!(err.kind, "invalid");
+    assert_eq!(err.kind, AppErrorKind::Invalid);
 }

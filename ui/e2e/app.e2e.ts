@@ -1,8 +1,8 @@
 // End-to-end: the built UI in headless Chromium, IPC mocked by replaying recorded step streams.
 import { describe, expect, it } from "vitest";
 import { canvasAtStep, splitAtEnd, type CanvasState } from "../src/lib/canvas";
-import type { GenerateEvent, RecordedRun } from "../src/lib/contract";
-import { loadFixtures } from "../tests/fixtures";
+import type { GenerateEvent } from "../src/lib/bindings";
+import { loadFixtures, type RecordedRun } from "../tests/fixtures";
 import { shot, tab, useApp } from "./harness";
 import { byBackend, tokensIn } from "./screens";
 import { splitFrames } from "./split";

@@ -4,9 +4,9 @@
 import { describe, expect, it } from "vitest";
 import type { Page } from "playwright-core";
 import { answerTokenCount, canvasAtStep, splitAtEnd, type CanvasState } from "../src/lib/canvas";
-import type { GenerateEvent, RecordedRun } from "../src/lib/contract";
+import type { GenerateEvent } from "../src/lib/bindings";
 import { formatRate } from "../src/lib/format";
-import { loadFixtures } from "../tests/fixtures";
+import { loadFixtures, type RecordedRun } from "../tests/fixtures";
 import { shot, tab, useApp } from "./harness";
 import { byBackend, tokensIn } from "./screens";
 import { splitFrames } from "./split";

@@ -4,11 +4,11 @@
 import { mockIPC, mockWindows } from "@tauri-apps/api/mocks";
 import type {
   AppInfo, BackendChoice, Conversation, DecodeSettings, DownloadEvent, GenerateEvent, GenerateRequest, Message,
-  ModelEntry, Preset, RecordedRun, RunDetail, RunSummary, SettingInfo,
-} from "../src/lib/contract";
+  ModelEntry, Preset, RunDetail, RunSummary, SettingInfo,
+} from "../src/lib/bindings";
 import { answerTokenCount, canvasAtStep } from "../src/lib/canvas";
 import { splitFrames } from "./split";
-import type { AppData } from "../tests/fixtures";
+import type { AppData, RecordedRun } from "../tests/fixtures";
 
 type Chan = { id: number };
 type Internals = { runCallback: (id: number, data: unknown) => void };

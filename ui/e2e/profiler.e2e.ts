@@ -1,9 +1,8 @@
 // End-to-end: the profiler and Compare screens as a user reads them, at desktop and phone sizes.
 import { describe, expect, it } from "vitest";
 import type { Locator, Page } from "playwright-core";
-import type { RecordedRun } from "../src/lib/contract";
 import { formatEnergy } from "../src/lib/format";
-import { loadFixtures } from "../tests/fixtures";
+import { loadFixtures, type RecordedRun } from "../tests/fixtures";
 import { PHONE, pageOverflow, shot, tab, useApp } from "./harness";
 
 const fixtures = loadFixtures();

@@ -2,8 +2,7 @@
 // screen opened with real content loaded.
 import { expect } from "vitest";
 import type { Page } from "playwright-core";
-import type { RecordedRun } from "../src/lib/contract";
-import { loadFixtures } from "../tests/fixtures";
+import { loadFixtures, type RecordedRun } from "../tests/fixtures";
 import { tab } from "./harness";
 
 export type Screen = "chat" | "profiler" | "models" | "compare" | "settings";

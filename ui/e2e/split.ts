@@ -1,4 +1,4 @@
-import type { GenerateEvent } from "../src/lib/contract";
+import type { GenerateEvent } from "../src/lib/bindings";
 
 /** The same stream with each frame in its own `frames` event (same frames, finer batches). */
 export function splitFrames(events: readonly GenerateEvent[]): GenerateEvent[] {

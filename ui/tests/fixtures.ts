@@ -3,9 +3,13 @@
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import type { ModelEntry, RecordedRun, SettingInfo } from "../src/lib/contract";
+import type { GenerateEvent, GenerateRequest, ModelEntry, RunDetail, SettingInfo } from "../src/lib/bindings";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+
+/** A recorded generation (src-tauri's `record_fixtures`): what the e2e mock replays and unit
+ * tests check against. */
+export type RecordedRun = { request: GenerateRequest; events: GenerateEvent[]; detail: RunDetail };
 
 /** A fixture file with its name and whether it is a real recording. */
 export type Fixture = { name: string; run: RecordedRun; real: boolean };

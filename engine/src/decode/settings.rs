@@ -10,24 +10,26 @@ pub use super::revision::RevisionSettings;
 pub use super::speculative::SpeculativeSettings;
 
 // Every settings enum has one spelling everywhere: kebab-case in flags, recorded settings, JSON
-// and the app (older recordings wrote snake_case, still accepted).
+// and the app. Older recordings wrote snake_case and older app builds camelCase; `spelled!` reads
+// those too (not as serde aliases: the app's TypeScript bindings would list them as values).
 
 /// How LLaDA scores a predicted token (which low-scored predictions stay masked).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum Remasking {
     /// Confidence = softmax probability of the chosen token.
-    #[serde(alias = "low_confidence")]
     LowConfidence,
     /// Confidence ~ U(0, 1) from the seeded RNG.
     Random,
 }
 
 /// KV caching between denoising steps (Fast-dLLM).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum CacheMode {
     /// Every step is a full forward over the whole canvas.
     None,
@@ -38,35 +40,61 @@ pub enum CacheMode {
 }
 
 /// Dream's position-selection algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum DreamAlg {
     /// Each masked position is unmasked with probability 1 − s/t (random order).
     Origin,
     /// Confidence = top-1 probability.
-    #[serde(alias = "maskgit_plus")]
     MaskgitPlus,
     /// Confidence = top-1 minus top-2 probability.
-    #[serde(alias = "topk_margin")]
     TopkMargin,
     /// Confidence = Σ p·log p (negative entropy).
     Entropy,
 }
 
-/// The enum's one spelling (as flags and recordings write it).
+/// For a settings enum: `as_str` and `Display` give its one spelling (as flags and recordings
+/// write it, equal to its serde rename), and `Deserialize` reads that spelling or any older one
+/// listed after it with `|`.
 macro_rules! spelled {
-    ($t:ty { $($v:ident => $s:literal),* $(,)? }) => {
+    ($t:ty { $($v:ident => $s:literal $(| $old:literal)*),* $(,)? }) => {
+        impl $t {
+            /// The one spelling of this value (flags, settings, records, the app).
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$v => $s),* }
+            }
+        }
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(match self { $(Self::$v => $s),* })
+                f.write_str(self.as_str())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                const NAMES: &[&str] = &[$($s),*];
+                let s = <String as serde::Deserialize>::deserialize(d)?;
+                $(if s == $s $(|| s == $old)* {
+                    return Ok(Self::$v);
+                })*
+                Err(serde::de::Error::unknown_variant(&s, NAMES))
             }
         }
     };
 }
-spelled!(Remasking { LowConfidence => "low-confidence", Random => "random" });
+pub(crate) use spelled;
+
+// Older spellings: snake_case (recordings before the spellings were unified), camelCase and
+// `margin` (the app's own names before it used these enums).
+spelled!(Remasking { LowConfidence => "low-confidence" | "low_confidence" | "lowConfidence", Random => "random" });
 spelled!(CacheMode { None => "none", Prefix => "prefix", Dual => "dual" });
-spelled!(DreamAlg { Origin => "origin", MaskgitPlus => "maskgit-plus", TopkMargin => "topk-margin", Entropy => "entropy" });
+spelled!(DreamAlg {
+    Origin => "origin",
+    MaskgitPlus => "maskgit-plus" | "maskgit_plus" | "maskgitPlus",
+    TopkMargin => "topk-margin" | "topk_margin" | "margin",
+    Entropy => "entropy",
+});
 
 /// Every knob of a decoding run. Defaults follow LLaDA's `chat.py` (and Dream's generation config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -308,5 +336,57 @@ impl DecodeSettings {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::moe::MoePolicy;
+
+    #[test]
+    fn enums_write_kebab_case_and_read_every_older_spelling() {
+        let s = DecodeSettings {
+            remasking: Remasking::LowConfidence,
+            alg: DreamAlg::MaskgitPlus,
+            moe: Some(crate::moe::MoeSettings { policy: MoePolicy::StaticTiers, ..Default::default() }),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&s).expect("json");
+        assert_eq!(v["remasking"], "low-confidence");
+        assert_eq!(v["alg"], "maskgit-plus");
+        assert_eq!(v["moe"]["policy"], "static-tiers");
+        // The current spelling, snake_case of older recordings, camelCase of older app builds.
+        fn read<T: serde::de::DeserializeOwned>(t: &str) -> Option<T> {
+            serde_json::from_value(serde_json::Value::String(t.into())).ok()
+        }
+        for t in ["low-confidence", "low_confidence", "lowConfidence"] {
+            assert_eq!(read(t), Some(Remasking::LowConfidence), "{t}");
+        }
+        for (t, alg) in [
+            ("maskgit-plus", DreamAlg::MaskgitPlus),
+            ("maskgit_plus", DreamAlg::MaskgitPlus),
+            ("maskgitPlus", DreamAlg::MaskgitPlus),
+            ("topk-margin", DreamAlg::TopkMargin),
+            ("topk_margin", DreamAlg::TopkMargin),
+            ("margin", DreamAlg::TopkMargin),
+        ] {
+            assert_eq!(read(t), Some(alg), "{t}");
+        }
+        for t in ["static-tiers", "staticTiers"] {
+            assert_eq!(read(t), Some(MoePolicy::StaticTiers), "{t}");
+        }
+        // The one spelling (`as_str`, Display, what flags accept) is what serde writes.
+        fn same<T: Serialize + std::fmt::Display>(values: &[T]) {
+            for v in values {
+                assert_eq!(serde_json::to_value(v).ok(), Some(serde_json::Value::String(v.to_string())));
+            }
+        }
+        same(&[Remasking::LowConfidence, Remasking::Random]);
+        same(&[CacheMode::None, CacheMode::Prefix, CacheMode::Dual]);
+        same(&[DreamAlg::Origin, DreamAlg::MaskgitPlus, DreamAlg::TopkMargin, DreamAlg::Entropy]);
+        same(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]);
+        let err = serde_json::from_str::<DreamAlg>("\"greedy\"").expect_err("unknown");
+        assert!(err.to_string().contains("greedy") && err.to_string().contains("topk-margin"), "{err}");
     }
 }

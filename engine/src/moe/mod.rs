@@ -41,9 +41,10 @@ pub struct Expert {
 }
 
 /// How MoE feed-forward layers execute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "specta", derive(specta::Type))]
 pub enum MoePolicy {
     /// Dynamic shapes: each expert runs on exactly its routed rows, all experts in one parallel
     /// region. Exact (no token is dropped); what a CPU does best.
@@ -88,19 +89,5 @@ impl Default for MoeSettings {
     }
 }
 
-impl MoePolicy {
-    /// The spelling used in flags, settings and records.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MoePolicy::Cpu => "cpu",
-            MoePolicy::Naive => "naive",
-            MoePolicy::StaticTiers => "static-tiers",
-        }
-    }
-}
-
-impl std::fmt::Display for MoePolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+// The one spelling of flags, settings and records; `staticTiers` is how older app builds sent it.
+crate::decode::settings::spelled!(MoePolicy { Cpu => "cpu", Naive => "naive", StaticTiers => "static-tiers" | "staticTiers" });

@@ -1,5 +1,5 @@
 // Coalesces frames arriving from the channel into one canvas update per animation frame.
-import type { FrameDelta } from "./contract";
+import type { FrameDelta } from "./bindings";
 
 /** Schedules a callback for the next paint; `requestAnimationFrame` in the browser. */
 export type Scheduler = (cb: () => void) => void;

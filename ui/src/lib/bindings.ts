@@ -74,9 +74,34 @@ export const commands = {
 /* Types */
 /**  A failed command: `kind` is a stable machine-readable class, `message` is shown to the user. */
 export type AppError = {
-	kind: string,
+	kind: AppErrorKind,
 	message: string,
 };
+
+/**  Machine-readable class of a failed command (the UI may branch on it; it shows `message`). */
+export type AppErrorKind = 
+/**  A request the app cannot carry out as asked. */
+"invalid" | 
+/**  Decoding settings the engine refuses (or a prompt that does not fit with them). */
+"invalidSettings" | 
+/**  A record or path that does not exist. */
+"notFound" | 
+/**  A folder or file that is not a model the app can read. */
+"invalidModel" | 
+/**  A model or preset of that name or content already exists. */
+"duplicate" | 
+/**  Reading or writing a file failed. */
+"io" | 
+/**  A download failed (network, HTTP status, stall, size or checksum). */
+"download" | 
+/**  The user cancelled it. */
+"cancelled" | 
+/**  Any other failure of the store. */
+"store" | 
+/**  Any other failure of the engine. */
+"engine" | 
+/**  A bug or a dead background task. */
+"internal";
 
 /**  About this installation. */
 export type AppInfo = {
@@ -101,8 +126,14 @@ export type BackendChoice = {
 /**  Which backend runs a generation. */
 export type BackendKind = "cpu" | "vnpu";
 
-/**  KV cache mode between steps. */
-export type CacheChoice = "none" | "prefix" | "dual";
+/**  KV caching between denoising steps (Fast-dLLM). */
+export type CacheMode = 
+/**  Every step is a full forward over the whole canvas. */
+"none" | 
+/**  Prefix before the block cached at block start; later steps forward block + suffix. */
+"prefix" | 
+/**  Prefix and suffix cached at block start; later steps forward only the block. */
+"dual";
 
 /**  A conversation in the sidebar. */
 export type Conversation = {
@@ -127,23 +158,27 @@ export type CounterView = {
 	points: ([number, number])[],
 };
 
-/**  The decoding knobs the UI edits (a subset of the engine's settings; see `settings_schema`). */
+/**
+ *  The decoding knobs the UI edits (a subset of the engine's settings; see `settings_schema`).
+ *  The choices are the engine's own enums, spelled as everywhere else (kebab-case, e.g.
+ *  `low-confidence`); the engine also reads the camelCase spellings older app builds sent.
+ */
 export type DecodeSettings = {
 	genLength: number,
 	blockLength: number,
 	steps: number,
 	temperature: number,
-	remasking: RemaskingChoice,
-	cache: CacheChoice,
+	remasking: Remasking,
+	cache: CacheMode,
 	threshold: number | null,
-	/**  Dream: "entropy" | "margin" | "maskgitPlus" | "origin". */
-	algorithm: string | null,
+	/**  Dream position selection; null = the engine's default (`origin`). */
+	algorithm: DreamAlg | null,
 	speculative: boolean,
 	revision: boolean,
 	cfgScale: number,
 	seed: number,
 	/**  MoE execution policy; missing in settings saved before it existed. */
-	moe?: MoeChoice,
+	moe?: MoePolicy,
 };
 
 /**
@@ -152,6 +187,17 @@ export type DecodeSettings = {
  *  current file.
  */
 export type DownloadEvent = { kind: "progress"; downloadId: number; file: string; bytes: number; totalBytes: number | null; fileBytes: number; fileTotalBytes: number | null } | { kind: "paused"; downloadId: number } | { kind: "resumed"; downloadId: number } | { kind: "finished"; downloadId: number; model: ModelEntry } | { kind: "failed"; downloadId: number; message: string } | { kind: "cancelled"; downloadId: number };
+
+/**  Dream's position-selection algorithm. */
+export type DreamAlg = 
+/**  Each masked position is unmasked with probability 1 − s/t (random order). */
+"origin" | 
+/**  Confidence = top-1 probability. */
+"maskgit-plus" | 
+/**  Confidence = top-1 minus top-2 probability. */
+"topk-margin" | 
+/**  Confidence = Σ p·log p (negative entropy). */
+"entropy";
 
 /**  One slice on a lane. */
 export type EventView = {
@@ -260,8 +306,24 @@ export type ModelEntry = {
 	moeCalibration: string | null,
 };
 
-/**  How mixture-of-experts layers run (dense models ignore it). */
-export type MoeChoice = "cpu" | "naive" | "staticTiers";
+/**  How MoE feed-forward layers execute. */
+export type MoePolicy = 
+/**
+ *  Dynamic shapes: each expert runs on exactly its routed rows, all experts in one parallel
+ *  region. Exact (no token is dropped); what a CPU does best.
+ */
+"cpu" | 
+/**
+ *  Naive accelerator offload: one launch per expert, one after another, each sized to the rows
+ *  routed to it. Exact; the per-launch cost is paid once per active expert.
+ */
+"naive" | 
+/**
+ *  Static capacity tiers + grouped execution: every expert has a fixed capacity for the prompt
+ *  length's bucket, tokens beyond it are dropped by saliency, and experts run in groups, one
+ *  launch per group over a padded unified buffer.
+ */
+"static-tiers";
 
 /**  A named set of decoding settings plus backend. */
 export type Preset = {
@@ -272,8 +334,12 @@ export type Preset = {
 	builtin: boolean,
 };
 
-/**  LLaDA remasking strategy. */
-export type RemaskingChoice = "lowConfidence" | "random";
+/**  How LLaDA scores a predicted token (which low-scored predictions stay masked). */
+export type Remasking = 
+/**  Confidence = softmax probability of the chosen token. */
+"low-confidence" | 
+/**  Confidence ~ U(0, 1) from the seeded RNG. */
+"random";
 
 /**  Who wrote a message. */
 export type Role = "user" | "assistant";

@@ -1,5 +1,5 @@
 // The answer canvas as the UI holds it: one slot per generated position, updated by frame deltas.
-import type { FrameDelta, TokenState, TokenView } from "./contract";
+import type { FrameDelta, TokenState, TokenView } from "./bindings";
 
 /** One generated position on screen. */
 export type Slot = {

@@ -1,6 +1,6 @@
 // What the Compare screen derives from the compared runs: settings that differ, ratios against
 // the first run, and "best" values that only ever rank values of the same kind.
-import type { DecodeSettings, RunSummary } from "./contract";
+import type { DecodeSettings, RunSummary } from "./bindings";
 
 /** How a time or energy value was obtained. */
 export type ValueKind = "measured" | "simulated";

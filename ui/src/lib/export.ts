@@ -1,6 +1,6 @@
 // A conversation as a file people keep: Markdown to read, JSON to process. Pure functions; the
 // download itself is `downloadText`.
-import type { ConversationDetail } from "./contract";
+import type { ConversationDetail } from "./bindings";
 
 /** What the JSON export holds (its `format` and `version` say what reads it back). */
 export type ConversationExport = {

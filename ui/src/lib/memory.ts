@@ -2,7 +2,7 @@
 // (prompt budget + answer length: K/V cache, one forward's activations, logits rows) + an allowance
 // for the app, against the memory available now. The rates come from the engine
 // (`WorkingSetRates`, the same figures its request check uses), so app and engine agree.
-import type { DecodeSettings, ModelEntry } from "./contract";
+import type { DecodeSettings, ModelEntry } from "./bindings";
 
 /** Room for the app itself (src-tauri's MEMORY_OVERHEAD). */
 export const MEMORY_OVERHEAD_BYTES = 256 * 1024 * 1024;

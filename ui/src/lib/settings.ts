@@ -1,7 +1,7 @@
 // Turning the settings schema into values and back: parsing what the user typed (never clamping:
 // out-of-range input is an error shown next to the field), checks across fields, which settings
 // apply to a model, and which differ from the preset in use.
-import type { DecodeSettings, SettingInfo } from "./contract";
+import type { DecodeSettings, SettingInfo } from "./bindings";
 
 type Value = number | boolean | string | null;
 type Rec = Record<string, unknown>;

@@ -1,6 +1,6 @@
 // App-wide state shared by the screens: what was loaded from the backend and the current choices.
 import * as api from "./api";
-import type { AppInfo, BackendChoice, DecodeSettings, ModelEntry, Preset, SettingInfo } from "./contract";
+import type { AppInfo, BackendChoice, DecodeSettings, ModelEntry, Preset, SettingInfo } from "./bindings";
 import { defaultSettings } from "./settings";
 
 /** Screens of the app. */

@@ -1,5 +1,5 @@
 // Per-step summaries for the profiler, derived from a run's frames.
-import type { FrameDelta, TokenState } from "./contract";
+import type { FrameDelta, TokenState } from "./bindings";
 
 /** One row of the per-step table. */
 export type StepSummary = {

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import * as api from "../../src/lib/api";
-import type { DownloadEvent, GenerateEvent, GenerateRequest } from "../../src/lib/contract";
+import type { DownloadEvent, GenerateEvent, GenerateRequest } from "../../src/lib/bindings";
 import { loadFixtures } from "../fixtures";
 
 type Internals = { runCallback: (id: number, data: unknown) => void };
@@ -38,6 +38,19 @@ describe("api wrappers", () => {
     expect(err).toBeInstanceOf(api.ApiError);
     expect(err).toMatchObject({ kind: "notFound", message: "no model at /nope" });
     expect(api.toApiError("plain")).toMatchObject({ kind: "internal", message: "plain" });
+  });
+
+  it("turn a plain string or Error rejection (not an AppError) into an internal ApiError", async () => {
+    mockIPC(() => {
+      throw "command list_models not found";
+    });
+    const err = await api.listModels().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(api.ApiError);
+    expect(err).toMatchObject({ kind: "internal", message: "command list_models not found" });
+    mockIPC(() => {
+      throw new Error("ipc down");
+    });
+    expect(await api.appInfo().catch((e: unknown) => e)).toMatchObject({ kind: "internal", message: "ipc down" });
   });
 
   it("generate delivers channel events in send order even when they arrive out of order", async () => {

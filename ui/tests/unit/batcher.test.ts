@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { FrameBatcher, Scrubber } from "../../src/lib/batcher";
-import type { FrameDelta } from "../../src/lib/contract";
+import type { FrameDelta } from "../../src/lib/bindings";
 
 const f = (step: number): FrameDelta => ({ step, block: [0, 4], forwardTokens: 4, changes: [], stepWallS: 0,
   simulatedS: null, committedTotal: step });

@@ -3,7 +3,7 @@ import {
   answerTokenCount, applyFrames, canvasAtStep, canvasText, emptyCanvas, firstAnswerToken, readableAnswer, splitAtEnd,
   stateCounts,
 } from "../../src/lib/canvas";
-import type { FrameDelta, TokenView } from "../../src/lib/contract";
+import type { FrameDelta, TokenView } from "../../src/lib/bindings";
 import { loadFixtures } from "../fixtures";
 
 const tv = (pos: number, text: string, state: TokenView["state"], extra: Partial<TokenView> = {}): TokenView => ({

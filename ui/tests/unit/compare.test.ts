@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { bestOfKind, formatRatio, latencyOf, ratio, settingsDiff } from "../../src/lib/compare";
-import type { DecodeSettings, RunSummary } from "../../src/lib/contract";
+import type { DecodeSettings, RunSummary } from "../../src/lib/bindings";
 import { loadFixtures } from "../fixtures";
 
 const m = (value: number) => ({ value, kind: "measured" as const });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { ConversationDetail } from "../../src/lib/contract";
+import type { ConversationDetail } from "../../src/lib/bindings";
 import { conversationJson, conversationMarkdown, exportFileName, type ConversationExport } from "../../src/lib/export";
 
 const detail: ConversationDetail = {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { DecodeSettings, SettingInfo } from "../../src/lib/contract";
+import type { DecodeSettings, SettingInfo } from "../../src/lib/bindings";
 import {
   appliesTo, changedKeys, crossFieldErrors, defaultSettings, modelKindText, parseSetting, resolveEdits,
 } from "../../src/lib/settings";
@@ -13,7 +13,7 @@ const schema: SettingInfo[] = [
   info("blockLength", "int", { min: 1, max: 4096, default: 32, appliesTo: D }),
   info("steps", "int", { min: 1, max: 4096, default: 32, appliesTo: D }),
   info("temperature", "float", { min: 0, max: 2, default: 0 }),
-  info("remasking", "choice", { options: ["lowConfidence", "random"], default: "lowConfidence", appliesTo: ["llada"] }),
+  info("remasking", "choice", { options: ["low-confidence", "random"], default: "low-confidence", appliesTo: ["llada"] }),
   info("cache", "choice", { options: ["none", "prefix", "dual"], default: "none", appliesTo: D }),
   info("threshold", "float", { min: 0.01, max: 1, default: 0.9, appliesTo: D, toggleLabel: "Parallel decoding by confidence threshold" }),
   info("algorithm", "choice", { options: ["origin", "entropy"], default: "origin", appliesTo: ["dream"], toggleLabel: "Choose" }),

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import { app, loadAll, resetSettings } from "../../src/lib/state.svelte";
-import type { AppInfo, Preset, SettingInfo } from "../../src/lib/contract";
+import type { AppInfo, Preset, SettingInfo } from "../../src/lib/bindings";
 import { loadFixtures } from "../fixtures";
 
 const settings = loadFixtures()[0].run.request.settings;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { FrameDelta, SettingInfo } from "../../src/lib/contract";
+import type { FrameDelta, SettingInfo } from "../../src/lib/bindings";
 import { stepSummaries, stepTotals } from "../../src/lib/steps";
 
 const tok = (pos: number, state: "masked" | "visible" | "stable", revised = false) => ({

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { FrameDelta, TokenState, TokenView } from "../../src/lib/contract";
+import type { FrameDelta, TokenState, TokenView } from "../../src/lib/bindings";
 import { stepSummaries, stepTotals } from "../../src/lib/steps";
 import { loadFixtures } from "../fixtures";
 
