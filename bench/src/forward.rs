@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use unmask_engine::kernels::peak::{measure, rss_bytes, PeakKind};
+use crate::peak::{measure, rss_bytes, PeakKind};
 use unmask_engine::model::{load_transformer, ForwardRequest, KernelChoice, KvMode, Transformer};
 
 use crate::synth::{write_llada, LladaShape, Rng};

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use unmask_engine::kernels::f32gemm::{self, PackedF32};
 use unmask_engine::kernels::int8::{self, Int8Weights, Isa};
 use unmask_engine::kernels::linear::{KernelChoice, Linear, WeightStorage};
-use unmask_engine::kernels::peak::{measure, PeakKind};
+use crate::peak::{measure, PeakKind};
 use unmask_engine::kernels::quant::{quantize_q4_0, quantize_q4_k, quantize_q8_0};
 use unmask_engine::tensor::{DType, TensorBytes};
 
@@ -57,9 +57,9 @@ pub fn interleaved(samples: usize, kind: PeakKind, peak_iters: u64, mut f: impl 
         };
         if i % 2 == 0 {
             kernel();
-            ps.push(unmask_engine::kernels::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
+            ps.push(crate::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
         } else {
-            ps.push(unmask_engine::kernels::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
+            ps.push(crate::peak::sample(kind, peak_iters).unwrap_or(f64::NAN));
             kernel();
         }
     }

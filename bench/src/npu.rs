@@ -29,9 +29,8 @@ use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::recorder::RecordingBackend;
 use unmask_engine::backend::vnpu::calibrate::{calibrate, synthetic_transformer};
 use unmask_engine::backend::vnpu::profile::DeviceProfile;
-use unmask_engine::backend::vnpu::replay::{
-    compare_trace, memory_runtime_ablation, DecodeTrace, ModelPreset, TraceComparison,
-};
+use crate::npu_comparison::{compare_trace, TraceComparison};
+use unmask_engine::backend::vnpu::replay::{memory_runtime_ablation, DecodeTrace, ModelPreset};
 use unmask_engine::backend::vnpu::validation::{evaluate, ErrorStats, ValidationSet};
 use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
 use unmask_engine::decode::{generate_dyn, CacheMode, CancelFlag, DecodeSettings};

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::Backend;
 use unmask_engine::decode::{generate, CacheMode, CancelFlag, DecodeSettings, StepFrame};
-use unmask_engine::kernels::peak::PeakKind;
+use crate::peak::PeakKind;
 use unmask_engine::tensor::DType;
 use unmask_engine::model::{load_model, ForwardRequest, KvMode, Transformer};
 

@@ -1,13 +1,10 @@
-//! Swap-optimized memory runtime: plans respect budgets, small budgets force swaps, and the staging
-//! thread really overlaps copies with compute.
+//! Swap-optimized memory runtime: plans respect budgets and small budgets force swaps (the staging
+//! thread on the data path is tested in `vnpu_streaming.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use unmask_engine::backend::vnpu::replay::ModelPreset;
-use unmask_engine::memory::{
-    plan_memory, staged_ops, BufferClass, LayerGraph, PlacementPolicy, Precision, StagingArena, StepShape,
-};
+use unmask_engine::memory::{plan_memory, BufferClass, LayerGraph, PlacementPolicy, Precision, StepShape};
 
 fn llada_graph() -> LayerGraph {
     LayerGraph::build(
@@ -53,69 +50,6 @@ fn plans_never_exceed_a_range_of_budgets() {
             }
         }
     }
-}
-
-#[test]
-fn staging_thread_overlaps_copies_with_compute() {
-    // A small model whose plan streams weights; real bytes for every buffer.
-    let cfg = ModelPreset::Llada8B.config();
-    let mut small = cfg.clone();
-    small.hidden = 512;
-    small.n_heads = 4;
-    small.n_kv_heads = 4;
-    small.head_dim = 128;
-    small.rotary_dim = 128;
-    small.ffn = 1536;
-    small.n_layers = 4;
-    small.vocab = 2048;
-    let g = LayerGraph::build(&small, StepShape { tokens: 16, context: 64, logit_rows: 16 }, &Precision::npu_w4a16());
-    let budget =
-        g.bytes_of(BufferClass::Weight) / 2 + g.bytes_of(BufferClass::KvCache) + g.bytes_of(BufferClass::Activation);
-    let plan = plan_memory(&g, budget, PlacementPolicy::SwapOptimized).unwrap();
-    assert!(plan.remaps_per_step > 0);
-    let sources: Vec<Arc<[u8]>> = g
-        .buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let n = if plan.per_op_streamed.iter().flatten().any(|&s| s == i) { b.bytes as usize } else { 0 };
-            Arc::from(vec![(i % 251) as u8; n])
-        })
-        .collect();
-    let ops = staged_ops(&g, &plan);
-    let arena = StagingArena::new(plan.staging_slot_bytes as usize);
-    let compute = Duration::from_millis(3);
-    // The copies are tiny, so on a loaded 2-core machine the scheduler can run every one of them
-    // before the operator thread wakes up; overlap must show up in at least one of a few runs.
-    let mut best = None;
-    for _attempt in 0..5 {
-        let r = arena
-            .run(&ops, &sources, |i, bytes| {
-                // Fake operator of known duration that checks it sees its own weights.
-                for (k, &b) in plan.per_op_streamed[i].iter().enumerate() {
-                    if k == 0 {
-                        assert!(bytes.first().is_none_or(|&x| x == (b % 251) as u8));
-                    }
-                }
-                // Sleep rather than spin: on a loaded 2-core machine a spinning "operator" can starve
-                // the staging thread, which would measure the machine, not the overlap.
-                let t = Instant::now();
-                while t.elapsed() < compute {
-                    std::thread::sleep(compute - t.elapsed().min(compute));
-                }
-            })
-            .unwrap();
-        assert_eq!(r.bytes_transferred, plan.streamed_bytes_per_step);
-        assert_eq!(r.remaps, plan.per_op_streamed.iter().filter(|s| !s.is_empty()).count());
-        assert!(r.compute_s >= compute.as_secs_f64() * ops.len() as f64 * 0.99);
-        let done = r.overlap_s > 0.0;
-        best = Some(r);
-        if done {
-            break;
-        }
-    }
-    let r = best.expect("at least one run");
-    assert!(r.overlap_s > 0.0, "copies must run while operators compute: {r:?}");
 }
 
 #[test]

@@ -116,3 +116,49 @@ fn resident_model_does_not_stream() {
     assert!(npu.last_stream_report().is_none(), "a model that fits the session stays resident");
     assert_eq!(npu.totals().staged_bytes, 0);
 }
+
+/// The staging thread really runs beside compute: some copy time of a streamed forward overlaps
+/// a layer's compute. On a loaded 2-core machine the scheduler can run a tiny model's copies
+/// back to back before the compute thread wakes, so overlap must show up in one of a few forwards.
+#[test]
+fn staging_thread_overlaps_copies_with_compute() {
+    // With two slots, copies can only overlap compute when more than two fills happen: the
+    // smallest budget that still plans streams every layer and the head.
+    let m = model("llada");
+    let shape = StepShape { tokens: 20, context: 20, logit_rows: 20 };
+    let full = m.weights.matrix_bytes() as u64;
+    let (mut budget, mut best) = (full * 2, None);
+    for _ in 0..80 {
+        budget = budget * 7 / 8;
+        let cfg = VnpuConfig { budget_bytes: Some(budget), ..VnpuConfig::default() };
+        let mut npu = VirtualNpu::new(m.clone(), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
+        match npu.stream_plan(shape) {
+            Ok(p) => {
+                let fills = p.layers.iter().filter(|l| !l.is_empty()).count() + usize::from(p.head);
+                if fills > 2 {
+                    best = Some(npu);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    let mut npu = best.expect("a budget that streams more than two layers");
+    let vocab = m.config.vocab as u32;
+    let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % vocab).collect();
+    let pos: Vec<usize> = (0..20).collect();
+    let rows: Vec<usize> = (0..20).collect();
+    let req = ForwardRequest { tokens: &tokens, positions: &pos, logits_rows: &rows, kv: KvMode::Ignore };
+    let mut reports = Vec::new();
+    for _ in 0..10 {
+        npu.forward(&req, None).unwrap();
+        let r = npu.last_stream_report().expect("the forward streamed weights").clone();
+        assert!(r.overlap_s <= r.copy_s + 1e-9 && r.overlap_fraction() <= 1.0, "{r:?}");
+        let done = r.overlap_s > 0.0;
+        reports.push(r);
+        if done {
+            break;
+        }
+    }
+    let last = reports.last().expect("one forward");
+    assert!(last.overlap_s > 0.0, "copies must run while layers compute: {reports:?}");
+}

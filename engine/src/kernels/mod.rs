@@ -8,7 +8,6 @@ pub mod int8;
 pub mod int8_aarch64;
 pub mod linear;
 pub mod norm;
-pub mod peak;
 pub mod quant;
 pub mod rope;
 pub mod simd;

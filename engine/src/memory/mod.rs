@@ -1,31 +1,20 @@
 //! Swap-optimized memory runtime for a bounded NPU-visible address space: the layer graph with buffer
 //! sizes ([`graph`]), lifetime packing of activations ([`packing`]), residency planning against a
-//! budget ([`plan`]), a double-buffered staging thread ([`staging`]) and the weight streaming that
-//! puts it on the data path of a real forward ([`weight_stream`]).
+//! budget ([`plan`]), and the weight streaming that puts the plan on the data path of a real forward
+//! through a double-buffered staging thread ([`weight_stream`], its wall spans in [`spans`]).
 
 pub mod graph;
 pub mod host;
 pub mod packing;
 pub mod plan;
-pub mod staging;
+pub mod spans;
 pub mod weight_stream;
 
 pub use graph::{BufferClass, BufferId, BufferSpec, LayerGraph, MatrixDType, OpKind, Operator, Precision, StepShape};
 pub use packing::{pack_by_lifetime, PackItem, Packing};
 pub use plan::{plan_memory, MemoryPlan, PlacementPolicy, PAGE};
-pub use staging::{StagedOp, StagingArena, StagingReport, WallSpan};
+pub use spans::WallSpan;
 pub use weight_stream::{forward_streamed, StreamPlan, StreamReport};
-
-/// The staging work a plan implies: for each operator, the indices (into `plan.per_op_streamed`
-/// flattened per buffer id) of the weights to swap in. Source index = buffer id.
-pub fn staged_ops(graph: &LayerGraph, plan: &MemoryPlan) -> Vec<StagedOp> {
-    graph
-        .ops
-        .iter()
-        .zip(&plan.per_op_streamed)
-        .map(|(op, streamed)| StagedOp { name: op.name.clone(), sources: streamed.clone() })
-        .collect()
-}
 
 /// A small LLaDA-shaped config for unit tests of the memory runtime and cost model.
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::model::{ForwardOutput, ForwardRequest, KvCache, Transformer};
 
 use super::graph::{BufferClass, LayerGraph};
 use super::plan::MemoryPlan;
-use super::staging::{overlap, WallSpan};
+use super::spans::{overlap, WallSpan};
 
 /// Layer staging slots of the double buffer.
 pub const SLOTS: usize = 2;

@@ -1,5 +1,7 @@
 //! Micro-benchmarks of this machine's arithmetic peak (instruction streams with independent
 //! accumulator chains), so kernel throughput can be reported as a fraction of what the cores can do.
+//! Only benchmarks measure peaks, so the probes live here rather than in the engine's kernels; the
+//! streams are hand-written intrinsics, each `unsafe` block behind a run-time CPU-feature check.
 
 use std::time::Instant;
 
