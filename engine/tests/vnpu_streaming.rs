@@ -118,8 +118,9 @@ fn resident_model_does_not_stream() {
 }
 
 /// The staging thread really runs beside compute: some copy time of a streamed forward overlaps
-/// a layer's compute. On a loaded 2-core machine the scheduler can run a tiny model's copies
-/// back to back before the compute thread wakes, so overlap must show up in one of a few forwards.
+/// a layer's compute. On a loaded 2-core machine (other tests run beside this one) the scheduler
+/// can hold the staging thread back until a tiny model's layer has finished, so overlap must show
+/// up in one of several forwards.
 #[test]
 fn staging_thread_overlaps_copies_with_compute() {
     // With two slots, copies can only overlap compute when more than two fills happen: the
@@ -149,7 +150,7 @@ fn staging_thread_overlaps_copies_with_compute() {
     let rows: Vec<usize> = (0..20).collect();
     let req = ForwardRequest { tokens: &tokens, positions: &pos, logits_rows: &rows, kv: KvMode::Ignore };
     let mut reports = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..40 {
         npu.forward(&req, None).unwrap();
         let r = npu.last_stream_report().expect("the forward streamed weights").clone();
         assert!(r.overlap_s <= r.copy_s + 1e-9 && r.overlap_fraction() <= 1.0, "{r:?}");
@@ -160,5 +161,5 @@ fn staging_thread_overlaps_copies_with_compute() {
         }
     }
     let last = reports.last().expect("one forward");
-    assert!(last.overlap_s > 0.0, "copies must run while layers compute: {reports:?}");
+    assert!(last.overlap_s > 0.0, "copies must run while layers compute: {:?}", &reports[..3.min(reports.len())]);
 }

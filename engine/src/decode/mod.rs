@@ -30,24 +30,24 @@
 
 pub mod ar;
 pub mod cache;
-pub mod canvas;
-pub mod chat;
-pub mod denoise;
-pub mod dream;
+pub(crate) mod canvas;
+pub(crate) mod chat;
+pub(crate) mod denoise;
+pub(crate) mod dream;
 pub mod dual_path;
-pub mod frame;
-pub mod llada;
-pub mod output;
-pub mod policy;
+pub(crate) mod frame;
+pub(crate) mod llada;
+pub(crate) mod output;
+pub(crate) mod policy;
 pub mod revision;
-pub mod sampling;
-pub mod settings;
+pub(crate) mod sampling;
+pub(crate) mod settings;
 pub mod spec_ar;
 pub mod speculative;
-pub mod threshold;
-pub mod tiled_kv;
-pub mod window;
-pub mod working_set;
+pub(crate) mod threshold;
+pub(crate) mod tiled_kv;
+pub(crate) mod window;
+pub(crate) mod working_set;
 
 use std::ops::ControlFlow;
 

@@ -4,6 +4,7 @@
 use super::simd::{exp_approx, multiversion, Simd};
 
 /// SiLU(x) = x·σ(x) (reference form, libm `exp`).
+#[cfg(test)]
 #[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
@@ -15,6 +16,7 @@ pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
 }
 
 /// Reference of [`swiglu_inplace`].
+#[cfg(test)]
 pub fn swiglu_reference(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
         *g = silu(*g) * u;
@@ -39,6 +41,7 @@ pub fn softmax_inplace(x: &mut [f32]) {
 }
 
 /// Reference of [`softmax_inplace`] (f64).
+#[cfg(test)]
 pub fn softmax_reference(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     if max == f32::NEG_INFINITY {

@@ -1,13 +1,13 @@
 //! Compute kernels. Each op has a plain reference implementation and, where it matters, a fast
 //! variant checked against it. Model code reaches weights only through [`linear::Linear`].
 
-pub mod activation;
+pub(crate) mod activation;
 pub mod attention;
 pub mod f32gemm;
 pub mod int8;
-pub mod int8_aarch64;
+pub(crate) mod int8_aarch64;
 pub mod linear;
-pub mod norm;
+pub(crate) mod norm;
 pub mod quant;
-pub mod rope;
+pub(crate) mod rope;
 pub mod simd;

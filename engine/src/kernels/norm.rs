@@ -3,21 +3,13 @@
 
 use super::simd::{multiversion, Simd};
 
-/// `out = x / sqrt(mean(x²) + eps) * weight` for one row (reference form).
-pub fn rmsnorm(out: &mut [f32], x: &[f32], weight: &[f32], eps: f32) {
-    let ss: f32 = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let inv = 1.0 / (ss + eps).sqrt();
-    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
-        *o = v * inv * w;
-    }
-}
-
 /// RMSNorm applied in place to each `dim`-sized row of `x` (`dim = weight.len()`).
 pub fn rmsnorm_rows_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
     rmsnorm_rows_with(Simd::detect(), x, weight, eps)
 }
 
 /// Reference of [`rmsnorm_rows_inplace`] (tests).
+#[cfg(test)]
 pub fn rmsnorm_rows_reference(x: &mut [f32], weight: &[f32], eps: f32) {
     let dim = weight.len();
     for row in x.chunks_exact_mut(dim) {

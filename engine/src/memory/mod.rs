@@ -3,11 +3,11 @@
 //! budget ([`plan`]), and the weight streaming that puts the plan on the data path of a real forward
 //! through a double-buffered staging thread ([`weight_stream`], its wall spans in [`spans`]).
 
-pub mod graph;
-pub mod host;
-pub mod packing;
-pub mod plan;
-pub mod spans;
+pub(crate) mod graph;
+pub(crate) mod host;
+pub(crate) mod packing;
+pub(crate) mod plan;
+pub(crate) mod spans;
 pub mod weight_stream;
 
 pub use graph::{BufferClass, BufferId, BufferSpec, LayerGraph, MatrixDType, OpKind, Operator, Precision, StepShape};

@@ -1,14 +1,14 @@
 //! Models: configs, checkpoint readers, tokenizers, chat templates and the forward pass.
 
 pub mod arch;
-pub mod chat;
+pub(crate) mod chat;
 pub mod config;
 pub mod embedded;
 pub mod gguf;
-pub mod kv_cache;
+pub(crate) mod kv_cache;
 pub mod safetensors;
-pub mod tokenizer;
-pub mod transformer;
+pub(crate) mod tokenizer;
+pub(crate) mod transformer;
 pub mod weights;
 
 use std::path::{Path, PathBuf};

@@ -12,13 +12,13 @@
 //! - [`ffn`]: the MoE feed-forward under each [`MoePolicy`], as the transformer calls it;
 //! - [`shape`]: published MoE model shapes for simulations that need no weights.
 
-pub mod calibration;
-pub mod capacity;
+pub(crate) mod calibration;
+pub(crate) mod capacity;
 pub mod ffn;
-pub mod grouped;
-pub mod residency;
-pub mod routing;
-pub mod shape;
+pub(crate) mod grouped;
+pub(crate) mod residency;
+pub(crate) mod routing;
+pub(crate) mod shape;
 
 use serde::{Deserialize, Serialize};
 

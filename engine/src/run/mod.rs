@@ -4,12 +4,12 @@
 //! request, decodes, cuts the answer at the stop tokens and returns a [`RunOutcome`] for the
 //! store to record.
 
-pub mod backend_spec;
-pub mod executor;
-pub mod moe_calibrate;
-pub mod overrides;
-pub mod session;
-pub mod stop;
+pub(crate) mod backend_spec;
+pub(crate) mod executor;
+pub(crate) mod moe_calibrate;
+pub(crate) mod overrides;
+pub(crate) mod session;
+pub(crate) mod stop;
 
 use std::path::PathBuf;
 

@@ -3,8 +3,8 @@
 //!
 //! Times named `*_sim` are **simulated** device seconds; `wall_*` are measured on this machine.
 
-pub mod chrome;
-pub mod energy;
+pub(crate) mod chrome;
+pub(crate) mod energy;
 
 pub use chrome::to_chrome_trace;
 pub use energy::{EnergyReport, LanePower};

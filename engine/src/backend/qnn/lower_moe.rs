@@ -108,7 +108,6 @@ pub fn build_experts(
 /// A runnable grouped expert graph.
 pub struct ExpertsGraph {
     graph: Graph,
-    rows: usize,
 }
 
 impl ExpertsGraph {
@@ -128,12 +127,7 @@ impl ExpertsGraph {
         if !ok {
             return Err(backend_err(format!("graph {:?} is not a grouped expert graph of {dims:?}", graph.name())));
         }
-        Ok(ExpertsGraph { graph, rows })
-    }
-
-    /// Rows of the unified buffer.
-    pub fn rows(&self) -> usize {
-        self.rows
+        Ok(ExpertsGraph { graph })
     }
 
     /// Expert outputs (activation dtype bytes, `[rows, hidden]`) of the unified buffer `x`.

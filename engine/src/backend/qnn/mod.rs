@@ -12,18 +12,18 @@
 //! and runs each expert group that received tokens as one static grouped graph
 //! ([`lower_moe`]), one launch per group, then scatters the outputs back with the gate weights.
 
-pub mod buckets;
-pub mod emit;
-pub mod graph_cache;
-pub mod inputs;
-pub mod lower_head;
-pub mod lower_layer;
-pub mod lower_moe;
-pub mod moe_host;
-pub mod options;
-pub mod quantize;
-pub mod rope;
-pub mod stack;
+pub(crate) mod buckets;
+pub(crate) mod emit;
+pub(crate) mod graph_cache;
+pub(crate) mod inputs;
+pub(crate) mod lower_head;
+pub(crate) mod lower_layer;
+pub(crate) mod lower_moe;
+pub(crate) mod moe_host;
+pub(crate) mod options;
+pub(crate) mod quantize;
+pub(crate) mod rope;
+pub(crate) mod stack;
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;

@@ -7,15 +7,15 @@
 //! measured; `wall_*` is measured here.
 
 pub mod calibrate;
-pub mod cost;
-pub mod cpu_path;
-pub mod moe_launches;
+pub(crate) mod cost;
+pub(crate) mod cpu_path;
+pub(crate) mod moe_launches;
 pub mod moe_prefill;
-pub mod moe_residency;
+pub(crate) mod moe_residency;
 pub mod pim;
 pub mod profile;
 pub mod replay;
-pub mod sim;
+pub(crate) mod sim;
 pub mod spec_schedule;
 pub mod validation;
 

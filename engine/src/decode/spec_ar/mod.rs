@@ -14,10 +14,10 @@
 //! The target's K/V is rolled back exactly on rejection (entries past the last accepted token
 //! are invalidated); the drafter keeps its own K/V and its own view of the sequence.
 
-pub mod accept;
+pub(crate) mod accept;
 pub mod control;
 mod pipelined;
-pub mod state;
+pub(crate) mod state;
 
 use std::time::Instant;
 

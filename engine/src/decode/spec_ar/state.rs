@@ -335,8 +335,4 @@ impl<'a> Verifier<'a> {
         (self.cache, self.fed, self.seq)
     }
 
-    /// The target's name (frames, errors).
-    pub fn backend_name(&self) -> String {
-        self.backend.name()
-    }
 }

@@ -7,17 +7,17 @@
 //! compiler then points at [`family`] and [`Architecture::ALL`]), and a golden test against the
 //! reference implementation (`tests/golden`, see docs/models.md).
 
-pub mod dream;
-pub mod gguf_names;
-pub mod hf_config;
-pub mod hf_decoder;
-pub mod llada;
-pub mod llada_moe;
-pub mod llama;
-pub mod names;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen3_moe;
+pub(crate) mod dream;
+pub(crate) mod gguf_names;
+pub(crate) mod hf_config;
+pub(crate) mod hf_decoder;
+pub(crate) mod llada;
+pub(crate) mod llada_moe;
+pub(crate) mod llama;
+pub(crate) mod names;
+pub(crate) mod qwen2;
+pub(crate) mod qwen3;
+pub(crate) mod qwen3_moe;
 
 use std::path::Path;
 

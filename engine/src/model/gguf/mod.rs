@@ -1,8 +1,8 @@
 //! GGUF (llama.cpp) checkpoints: our own v2/v3 reader over a memory map, metadata → config and
 //! tokenizer, and a small writer/exporter.
 
-pub mod config;
-pub mod metadata;
+pub(crate) mod config;
+pub(crate) mod metadata;
 pub mod reader;
 pub mod tokenizer;
 pub mod writer;

@@ -15,8 +15,8 @@
 //! calibrated on one seed and judged on another. Every figure is **simulated** by the operator cost
 //! model ([`costs`]); the router's skew parameters are estimates.
 
-pub mod costs;
-pub mod router;
+pub(crate) mod costs;
+pub(crate) mod router;
 
 use serde::Serialize;
 
