@@ -411,7 +411,7 @@ pub fn run_info(model: &ModelArg, json_out: bool, data_dir: Option<&Path>) -> Re
             opt(g.block_length.map(|v| v.to_string())),
             opt(g.steps.map(|v| v.to_string())),
             opt(g.temperature.map(|v| v.to_string())),
-            opt(g.remasking.clone())
+            opt(g.remasking.map(|r| r.to_string()))
         );
     }
     Ok(())

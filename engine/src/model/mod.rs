@@ -30,7 +30,7 @@ pub struct GenerationDefaults {
     pub block_length: Option<usize>,
     pub steps: Option<usize>,
     pub temperature: Option<f32>,
-    pub remasking: Option<String>,
+    pub remasking: Option<crate::decode::Remasking>,
 }
 
 impl GenerationDefaults {
@@ -62,8 +62,12 @@ impl GenerationDefaults {
         };
         let remasking = match obj.get("remasking").filter(|v| !v.is_null()) {
             None => None,
-            Some(Value::String(r)) => Some(r.clone()),
-            Some(v) => return Err(wrong("remasking", v, "a string")),
+            // The engine's enum reads every spelling it knows; anything else is named, not ignored.
+            Some(v @ Value::String(_)) => Some(
+                serde_json::from_value(v.clone())
+                    .map_err(|_| wrong("remasking", v, "\"low-confidence\" or \"random\""))?,
+            ),
+            Some(v) => return Err(wrong("remasking", v, "\"low-confidence\" or \"random\"")),
         };
         Ok(GenerationDefaults {
             gen_length: size("gen_length")?,
@@ -236,4 +240,24 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
     let mut transformer = transformer;
     fill_eot(&mut transformer.config, &tokenizer, &template);
     Ok(LoadedModel { path: dir, transformer, tokenizer, template, generation, file_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::Remasking;
+
+    #[test]
+    fn generation_defaults_read_every_remasking_spelling_and_name_a_bad_one() {
+        let read = |text: &str| GenerationDefaults::from_json_text(text, Path::new("m/generation_config.json"));
+        for spelling in ["low_confidence", "low-confidence"] {
+            let g = read(&format!(r#"{{"steps": 8, "remasking": "{spelling}"}}"#)).unwrap();
+            assert_eq!((g.steps, g.remasking), (Some(8), Some(Remasking::LowConfidence)));
+        }
+        assert_eq!(read(r#"{"remasking": "random"}"#).unwrap().remasking, Some(Remasking::Random));
+        for bad in [r#"{"remasking": "lowest"}"#, r#"{"remasking": 3}"#] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("m/generation_config.json") && e.contains("`remasking`"), "{e}");
+        }
+    }
 }

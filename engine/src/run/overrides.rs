@@ -70,10 +70,8 @@ pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user
     if let Some(v) = defaults.temperature {
         s.temperature = v as f64;
     }
-    match defaults.remasking.as_deref() {
-        Some("random") => s.remasking = Remasking::Random,
-        Some("low_confidence") | Some("low-confidence") => s.remasking = Remasking::LowConfidence,
-        _ => {}
+    if let Some(v) = defaults.remasking {
+        s.remasking = v;
     }
     if let Some(v) = user.gen_length {
         s.gen_length = v;
