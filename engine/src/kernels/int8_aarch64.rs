@@ -95,6 +95,32 @@ pub fn shapes_ok(w: &Panels, x: &Rows, m: usize, p0: usize, p1: usize, y_len: us
         && y_len >= m * w.n
 }
 
+/// Scalar kernel over the oct layout: the lane-by-lane meaning of the SIMD kernels, the reference
+/// the aarch64 kernel tests (`tests/aarch64-kernels`, which include this file) check NEON against.
+#[allow(dead_code)]
+pub fn scalar_panels(w: &Panels, x: &Rows, m: usize, p0: usize, p1: usize, y: &mut [f32]) {
+    let (kp, g) = (w.kp, w.group);
+    let ng = kp / g;
+    for p in p0..p1 {
+        let d = &w.data[p * kp * PANEL..(p + 1) * kp * PANEL];
+        let s = &w.scales[p * ng * PANEL..(p + 1) * ng * PANEL];
+        for r in 0..PANEL.min(w.n - p * PANEL) {
+            for i in 0..m {
+                let xr = &x.data[i * kp..(i + 1) * kp];
+                let mut acc = 0.0f32;
+                for gi in 0..ng {
+                    let mut sum = 0i32;
+                    for t in gi * g..(gi + 1) * g {
+                        sum += (xr[t] as i8) as i32 * d[oct_offset(r, t)] as i32;
+                    }
+                    acc += sum as f32 * s[gi * PANEL + r];
+                }
+                y[i * w.n + p * PANEL + r] = acc * x.scales[i];
+            }
+        }
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 pub use neon::{dot_panels, i8mm_panels};
 
