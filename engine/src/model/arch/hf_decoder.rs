@@ -1,11 +1,63 @@
 //! What the HF decoder families (Llama, Qwen2, Qwen3, Qwen3-MoE, Dream, LLaDA-MoE) share: the
 //! `hidden_size` vocabulary of `config.json` and the `model.layers.N.self_attn.*` tensor names.
-//! Each family's file says what it adds ([`DecoderTraits`]).
+//! Each family's file is one [`DecoderFamily`] value saying what it adds.
 
 use super::hf_config::HfConfig;
 use super::names::{Global, NameScheme, Part};
+use super::{Family, GgufConventions};
 use crate::error::{EngineError, Result};
+use crate::model::chat::ChatTemplate;
 use crate::model::config::{describe, Architecture, ModelConfig, MoeConfig, RopeStyle};
+
+/// An HF decoder family, as data: what its files call it and what it adds to the shared keys.
+pub struct DecoderFamily {
+    pub arch: Architecture,
+    /// `architectures` entries of its `config.json`.
+    pub hf_classes: &'static [&'static str],
+    /// `model_type` values of its `config.json`.
+    pub hf_model_types: &'static [&'static str],
+    /// Mask token id and vocabulary of the published checkpoints; `Some` = a diffusion family.
+    pub published_mask: Option<(u32, usize)>,
+    pub traits: DecoderTraits,
+    pub names: &'static dyn NameScheme,
+    pub gguf: GgufConventions,
+    pub chat_template: fn() -> ChatTemplate,
+}
+
+/// ChatML with Qwen's default system prompt (Dream and the Qwen families).
+pub fn chatml_helpful_assistant() -> ChatTemplate {
+    ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }
+}
+
+impl Family for DecoderFamily {
+    fn arch(&self) -> Architecture {
+        self.arch
+    }
+    fn hf_classes(&self) -> &'static [&'static str] {
+        self.hf_classes
+    }
+    fn hf_model_types(&self) -> &'static [&'static str] {
+        self.hf_model_types
+    }
+    fn is_diffusion(&self) -> bool {
+        self.published_mask.is_some()
+    }
+    fn published_mask(&self) -> Option<(u32, usize)> {
+        self.published_mask
+    }
+    fn config_from_hf(&self, r: &HfConfig) -> Result<ModelConfig> {
+        decoder_config(self, r)
+    }
+    fn hf_names(&self) -> &'static dyn NameScheme {
+        self.names
+    }
+    fn gguf(&self) -> GgufConventions {
+        self.gguf
+    }
+    fn chat_template(&self) -> ChatTemplate {
+        (self.chat_template)()
+    }
+}
 
 /// What a decoder family adds to the shared keys.
 pub struct DecoderTraits {
@@ -19,8 +71,9 @@ pub struct DecoderTraits {
     pub moe: Option<fn(&HfConfig) -> Result<MoeConfig>>,
 }
 
-/// Reads the shared decoder keys of `arch`'s `config.json`.
-pub fn decoder_config(arch: Architecture, r: &HfConfig, traits: DecoderTraits) -> Result<ModelConfig> {
+/// Reads the shared decoder keys of `family`'s `config.json`.
+fn decoder_config(family: &DecoderFamily, r: &HfConfig) -> Result<ModelConfig> {
+    let (arch, traits) = (family.arch, &family.traits);
     let path = r.path;
     let hidden = r.positive("hidden_size")?;
     let n_heads = r.positive("num_attention_heads")?;
@@ -41,7 +94,6 @@ pub fn decoder_config(arch: Architecture, r: &HfConfig, traits: DecoderTraits) -
         return Err(EngineError::config(path, format!("`partial_rotary_factor` is {partial}; it must lie in (0, 1]")));
     }
     let vocab = r.usize("vocab_size")?;
-    let family = super::family(arch);
     Ok(ModelConfig {
         arch,
         hidden,

@@ -2,46 +2,24 @@
 //! and per-head QK norm; HF decoder naming plus per-expert MLPs; LLaDA2 role-tag chat.
 
 use super::hf_config::HfConfig;
-use super::hf_decoder::{decoder_config, hf_global_name, hf_layer_name, DecoderTraits};
+use super::hf_decoder::{hf_global_name, hf_layer_name, DecoderFamily, DecoderTraits};
 use super::names::{Global, NameScheme, Part};
-use super::{Family, GgufConventions, GGUF_DEFAULTS};
+use super::{GgufConventions, GGUF_DEFAULTS};
 use crate::error::Result;
 use crate::model::chat::ChatTemplate;
-use crate::model::config::{Architecture, ModelConfig, MoeConfig};
+use crate::model::config::{Architecture, MoeConfig};
 
 /// The LLaDA-MoE family.
-pub struct LladaMoe;
-
-impl Family for LladaMoe {
-    fn arch(&self) -> Architecture {
-        Architecture::LladaMoe
-    }
-    fn hf_classes(&self) -> &'static [&'static str] {
-        &["LLaDAMoEModel", "LLaDAMoEModelLM"]
-    }
-    fn hf_model_types(&self) -> &'static [&'static str] {
-        &["llada_moe", "lladamoe"]
-    }
-    fn is_diffusion(&self) -> bool {
-        true
-    }
-    fn published_mask(&self) -> Option<(u32, usize)> {
-        Some((156895, 157184))
-    }
-    fn config_from_hf(&self, r: &HfConfig) -> Result<ModelConfig> {
-        let traits = DecoderTraits { qkv_bias: false, qk_norm: true, shift_logits: false, moe: Some(moe_config) };
-        decoder_config(Architecture::LladaMoe, r, traits)
-    }
-    fn hf_names(&self) -> &'static dyn NameScheme {
-        &LladaMoeNames
-    }
-    fn gguf(&self) -> GgufConventions {
-        GgufConventions { name: "llada-moe", ..GGUF_DEFAULTS }
-    }
-    fn chat_template(&self) -> ChatTemplate {
-        ChatTemplate::LladaMoe
-    }
-}
+pub const LLADA_MOE: DecoderFamily = DecoderFamily {
+    arch: Architecture::LladaMoe,
+    hf_classes: &["LLaDAMoEModel", "LLaDAMoEModelLM"],
+    hf_model_types: &["llada_moe", "lladamoe"],
+    published_mask: Some((156895, 157184)),
+    traits: DecoderTraits { qkv_bias: false, qk_norm: true, shift_logits: false, moe: Some(moe_config) },
+    names: &LladaMoeNames,
+    gguf: GgufConventions { name: "llada-moe", ..GGUF_DEFAULTS },
+    chat_template: || ChatTemplate::LladaMoe,
+};
 
 /// The MoE keys of a LLaDA-MoE `config.json` (the expert FFN under any of three names).
 fn moe_config(r: &HfConfig) -> Result<MoeConfig> {

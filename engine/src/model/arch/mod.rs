@@ -3,7 +3,8 @@
 //! ids and the chat template of its instruct checkpoints. The math is generic: the transformer
 //! reads only [`ModelConfig`], so a family differs only in how its files say things.
 //!
-//! Adding a family: a file here implementing [`Family`], its [`Architecture`] variant (the
+//! Adding a family: a file here implementing [`Family`] (for an HF decoder family, one
+//! [`hf_decoder::DecoderFamily`] value), its [`Architecture`] variant (the
 //! compiler then points at [`family`] and [`Architecture::ALL`]), and a golden test against the
 //! reference implementation (`tests/golden`, see docs/models.md).
 
@@ -98,12 +99,12 @@ pub trait Family: Sync {
 pub fn family(arch: Architecture) -> &'static dyn Family {
     match arch {
         Architecture::Llada => &llada::Llada,
-        Architecture::Dream => &dream::Dream,
-        Architecture::LladaMoe => &llada_moe::LladaMoe,
-        Architecture::Llama => &llama::Llama,
-        Architecture::Qwen2 => &qwen2::Qwen2,
-        Architecture::Qwen3 => &qwen3::Qwen3,
-        Architecture::Qwen3Moe => &qwen3_moe::Qwen3Moe,
+        Architecture::Dream => &dream::DREAM,
+        Architecture::LladaMoe => &llada_moe::LLADA_MOE,
+        Architecture::Llama => &llama::LLAMA,
+        Architecture::Qwen2 => &qwen2::QWEN2,
+        Architecture::Qwen3 => &qwen3::QWEN3,
+        Architecture::Qwen3Moe => &qwen3_moe::QWEN3_MOE,
     }
 }
 

@@ -4,48 +4,30 @@
 use serde_json::Value;
 
 use super::hf_config::HfConfig;
-use super::hf_decoder::{decoder_config, DecoderTraits, HfDecoderNames};
-use super::{Family, GgufConventions, NameScheme, GGUF_DEFAULTS};
+use super::hf_decoder::{chatml_helpful_assistant, DecoderFamily, DecoderTraits, HfDecoderNames};
+use super::{GgufConventions, GGUF_DEFAULTS};
 use crate::error::{EngineError, Result};
-use crate::model::chat::ChatTemplate;
-use crate::model::config::{describe, Architecture, ModelConfig, MoeConfig};
+use crate::model::config::{describe, Architecture, MoeConfig};
 
-/// The Qwen3-MoE family.
-pub struct Qwen3Moe;
-
-impl Family for Qwen3Moe {
-    fn arch(&self) -> Architecture {
-        Architecture::Qwen3Moe
-    }
-    fn hf_classes(&self) -> &'static [&'static str] {
-        &["Qwen3MoeForCausalLM"]
-    }
-    fn hf_model_types(&self) -> &'static [&'static str] {
-        &["qwen3_moe"]
-    }
-    fn config_from_hf(&self, r: &HfConfig) -> Result<ModelConfig> {
-        let traits = DecoderTraits { qkv_bias: false, qk_norm: true, shift_logits: false, moe: Some(moe_config) };
-        decoder_config(Architecture::Qwen3Moe, r, traits)
-    }
-    fn hf_names(&self) -> &'static dyn NameScheme {
-        &HfDecoderNames
-    }
-    fn gguf(&self) -> GgufConventions {
-        // llama.cpp's qwen3moe: every layer MoE, expert FFN = n_ff / n_expert_used when the key is
-        // absent, and its graph always renormalises the top-k weights.
-        GgufConventions {
-            name: "qwen3moe",
-            pre_tokenizer: "qwen2",
-            requires_experts: true,
-            expert_ffn_splits_ffn: true,
-            default_norm_topk: true,
-            ..GGUF_DEFAULTS
-        }
-    }
-    fn chat_template(&self) -> ChatTemplate {
-        ChatTemplate::ChatMl { default_system: Some("You are a helpful assistant.".into()) }
-    }
-}
+/// The Qwen3-MoE family. llama.cpp's qwen3moe: every layer MoE, expert FFN = n_ff / n_expert_used
+/// when the key is absent, and its graph always renormalises the top-k weights.
+pub const QWEN3_MOE: DecoderFamily = DecoderFamily {
+    arch: Architecture::Qwen3Moe,
+    hf_classes: &["Qwen3MoeForCausalLM"],
+    hf_model_types: &["qwen3_moe"],
+    published_mask: None,
+    traits: DecoderTraits { qkv_bias: false, qk_norm: true, shift_logits: false, moe: Some(moe_config) },
+    names: &HfDecoderNames,
+    gguf: GgufConventions {
+        name: "qwen3moe",
+        pre_tokenizer: "qwen2",
+        requires_experts: true,
+        expert_ffn_splits_ffn: true,
+        default_norm_topk: true,
+        ..GGUF_DEFAULTS
+    },
+    chat_template: chatml_helpful_assistant,
+};
 
 /// The MoE settings of a Qwen3-MoE `config.json`. Only configs whose every layer is MoE are
 /// accepted (`decoder_sparse_step` 1, `mlp_only_layers` empty), as in the published checkpoints

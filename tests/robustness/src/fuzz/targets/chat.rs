@@ -46,15 +46,6 @@ const ENCODE_LIMIT: usize = 256 << 10;
 
 const MEGABYTE: usize = 1 << 20;
 
-const ARCHS: &[Architecture] = &[
-    Architecture::Llada,
-    Architecture::Dream,
-    Architecture::LladaMoe,
-    Architecture::Llama,
-    Architecture::Qwen2,
-    Architecture::Qwen3,
-];
-
 /// Renders fuzz-chosen conversations with every template.
 pub struct ChatTemplates {
     tokenizers: Vec<TextTokenizer>,
@@ -142,7 +133,7 @@ impl Target for ChatTemplates {
     }
     fn execute(&mut self, input: &[u8]) -> Result<(), EngineError> {
         let mut src = ByteSource::new(input);
-        let arch = src.pick(ARCHS);
+        let arch = src.pick(Architecture::ALL);
         let template = match src.u8() % 5 {
             0 => ChatTemplate::Llada,
             1 => ChatTemplate::ChatMl { default_system: None },
