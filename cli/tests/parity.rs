@@ -38,6 +38,7 @@ async fn app_run(state: &AppState, prompt: &str, backend: BackendChoice) -> i64 
         model_id: None,
         prompt: prompt.into(),
         settings,
+        overridden: None,
         backend,
         replace_from_message_id: None,
         system_prompt: None,

@@ -132,6 +132,44 @@ pub struct DecodeSettings {
     pub moe: MoePolicy,
 }
 
+/// One knob of [`DecodeSettings`], by its field name: which ones a user chose explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub enum SettingKey {
+    GenLength,
+    BlockLength,
+    Steps,
+    Temperature,
+    Remasking,
+    Cache,
+    Threshold,
+    Algorithm,
+    Speculative,
+    Revision,
+    CfgScale,
+    Seed,
+    Moe,
+}
+
+impl SettingKey {
+    /// Every knob, in the order of [`DecodeSettings`]'s fields.
+    pub const ALL: [SettingKey; 13] = [
+        SettingKey::GenLength,
+        SettingKey::BlockLength,
+        SettingKey::Steps,
+        SettingKey::Temperature,
+        SettingKey::Remasking,
+        SettingKey::Cache,
+        SettingKey::Threshold,
+        SettingKey::Algorithm,
+        SettingKey::Speculative,
+        SettingKey::Revision,
+        SettingKey::CfgScale,
+        SettingKey::Seed,
+        SettingKey::Moe,
+    ];
+}
+
 impl Default for DecodeSettings {
     fn default() -> Self {
         DecodeSettings::from_engine(&engine_decode::DecodeSettings::default())
@@ -161,25 +199,33 @@ impl DecodeSettings {
         }
     }
 
-    /// What the user set, for the run pipeline to combine with the model's defaults
-    /// ([`unmask_engine::run::effective_settings`]).
+    /// Every knob as the user's choice (a preset, a re-run): the model's defaults fill only what
+    /// these settings do not name.
     pub fn to_overrides(&self) -> SettingsOverrides {
+        self.overrides_of(&SettingKey::ALL)
+    }
+
+    /// The knobs in `chosen` as the user's choices; every other one takes the model's default
+    /// (then the engine's), as [`unmask_engine::run::effective_settings`] decides.
+    pub fn overrides_of(&self, chosen: &[SettingKey]) -> SettingsOverrides {
+        let on = |k: SettingKey| chosen.contains(&k);
         SettingsOverrides {
-            gen_length: Some(self.gen_length as usize),
-            block_length: Some(self.block_length as usize),
-            steps: Some(self.steps as usize),
-            temperature: Some(self.temperature),
-            remasking: Some(self.remasking),
-            cfg_scale: Some(self.cfg_scale),
-            threshold: self.threshold,
-            cache: Some(self.cache),
-            seed: Some(u64::from(self.seed)),
-            alg: Some(self.algorithm.unwrap_or(DreamAlg::Origin)),
-            speculative: self.speculative.then(Default::default),
-            revision: self.revision.then(Default::default),
+            gen_length: on(SettingKey::GenLength).then_some(self.gen_length as usize),
+            block_length: on(SettingKey::BlockLength).then_some(self.block_length as usize),
+            steps: on(SettingKey::Steps).then_some(self.steps as usize),
+            temperature: on(SettingKey::Temperature).then_some(self.temperature),
+            remasking: on(SettingKey::Remasking).then_some(self.remasking),
+            cfg_scale: on(SettingKey::CfgScale).then_some(self.cfg_scale),
+            threshold: self.threshold.filter(|_| on(SettingKey::Threshold)),
+            cache: on(SettingKey::Cache).then_some(self.cache),
+            seed: on(SettingKey::Seed).then_some(u64::from(self.seed)),
+            alg: on(SettingKey::Algorithm).then_some(self.algorithm.unwrap_or(DreamAlg::Origin)),
+            speculative: (self.speculative && on(SettingKey::Speculative)).then(Default::default),
+            revision: (self.revision && on(SettingKey::Revision)).then(Default::default),
             // The CPU policy is the engine's default: no MoE settings recorded for it.
             moe: match self.moe {
                 MoePolicy::Cpu => None,
+                _ if !on(SettingKey::Moe) => None,
                 policy => Some(MoeSettings { policy, ..Default::default() }),
             },
             ..SettingsOverrides::default()
@@ -285,6 +331,10 @@ pub struct ModelEntry {
     /// The model's context length in tokens (prompt + answer).
     pub context_tokens: u32,
     pub run_count: u32,
+    /// The settings a run of this model uses when the user chooses none: its
+    /// `generation_config.json` over the engine's defaults (what the settings form starts from).
+    /// Null when the model's files or config could not be read.
+    pub default_settings: Option<DecodeSettings>,
     /// The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none.
     pub moe_calibration: Option<String>,
 }
@@ -451,6 +501,11 @@ pub struct GenerateRequest {
     pub model_id: Option<i64>,
     pub prompt: String,
     pub settings: DecodeSettings,
+    /// The knobs of `settings` the user chose; the others take the model's defaults
+    /// (`generation_config.json`, then the engine's). Null: every knob of `settings` is a choice
+    /// (a preset applied as it is).
+    #[serde(default)]
+    pub overridden: Option<Vec<SettingKey>>,
     pub backend: BackendChoice,
     /// Regenerate/edit: this message and every later one are replaced.
     pub replace_from_message_id: Option<i64>,
@@ -588,6 +643,35 @@ mod tests {
         old["moe"] = "staticTiers".into();
         let read: DecodeSettings = serde_json::from_value(old).expect("old choices");
         assert_eq!((read.algorithm, read.moe), (Some(DreamAlg::MaskgitPlus), MoePolicy::StaticTiers));
+    }
+
+    #[test]
+    fn only_the_chosen_settings_are_overrides() {
+        let s = DecodeSettings {
+            gen_length: 64,
+            seed: 9,
+            speculative: true,
+            moe: MoePolicy::StaticTiers,
+            ..DecodeSettings::default()
+        };
+        assert_eq!(s.overrides_of(&[]), SettingsOverrides::default());
+        let o = s.overrides_of(&[SettingKey::Seed, SettingKey::Speculative]);
+        assert_eq!(
+            o,
+            SettingsOverrides { seed: Some(9), speculative: Some(Default::default()), ..SettingsOverrides::default() }
+        );
+        let all = s.to_overrides();
+        assert_eq!(
+            (all.gen_length, all.seed, all.moe.map(|m| m.policy)),
+            (Some(64), Some(9), Some(MoePolicy::StaticTiers))
+        );
+        // The keys travel as the DTO's field names.
+        assert_eq!(serde_json::to_value(SettingKey::CfgScale).expect("json"), serde_json::json!("cfgScale"));
+        let fields = serde_json::to_value(&s).expect("json");
+        for k in SettingKey::ALL {
+            let name = serde_json::to_value(k).expect("json");
+            assert!(fields.get(name.as_str().expect("str")).is_some(), "{name} is not a field of DecodeSettings");
+        }
     }
 
     #[test]

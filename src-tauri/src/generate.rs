@@ -81,7 +81,10 @@ impl AppState {
         let model = self.resolve_model(req.model_id).await?;
         let loaded = self.load(&model).await?;
         // The one settings rule of every front end: the user's choices over the model's defaults.
-        let overrides = req.settings.to_overrides();
+        let overrides = match &req.overridden {
+            Some(chosen) => req.settings.overrides_of(chosen),
+            None => req.settings.to_overrides(),
+        };
         let settings = effective_settings(&loaded.transformer.config, &loaded.generation, &overrides);
         settings.validate()?;
 
@@ -119,8 +122,9 @@ impl AppState {
         let text = loaded.template.render(&chat, true);
         let ids = loaded.tokenizer.encode(&text)?;
 
-        let record =
-            self.decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, sink.clone(), Some(conv.id)).await?;
+        let record = self
+            .decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, sink.clone(), Some(conv.id))
+            .await?;
         let summary = summary_of(&record);
         let answer = record.output.clone().unwrap_or_default();
         if !answer.is_empty() || record.status == unmask_store::RunStatus::Completed {

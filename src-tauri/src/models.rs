@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use unmask_engine::decode::WorkingSetRates;
+use unmask_engine::model::{GenerationDefaults, ModelConfig};
+use unmask_engine::run::{effective_settings, SettingsOverrides};
 use unmask_store::{ModelFile, ModelId, ModelRecord};
 
 use crate::dto::{AppInfo, Conversation, ConversationDetail, Message, ModelEntry, Role, RunSummary};
@@ -23,6 +25,21 @@ pub const PROMPT_BUDGET_TOKENS: u64 = 1024;
 pub fn memory_needed(weights_bytes: u64, rates: &WorkingSetRates, prompt_tokens: u64, answer_tokens: u64) -> u64 {
     let working = u64::try_from(rates.bytes(prompt_tokens, answer_tokens)).unwrap_or(u64::MAX);
     weights_bytes.saturating_add(working).saturating_add(MEMORY_OVERHEAD)
+}
+
+/// What a run of a model uses when the user chooses no setting: its `generation_config.json`
+/// (beside the weights) over the engine's defaults. `None` when that file cannot be read.
+pub fn model_default_settings(cfg: &ModelConfig, model_path: &Path) -> Option<crate::dto::DecodeSettings> {
+    let dir = if model_path.is_dir() { model_path } else { model_path.parent()? };
+    let defaults = match GenerationDefaults::read_from_dir(dir) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!("{e}");
+            return None;
+        }
+    };
+    let s = effective_settings(cfg, &defaults, &SettingsOverrides::default());
+    Some(crate::dto::DecodeSettings::from_engine(&s))
 }
 
 /// Whether that need fits `available` bytes; unknown memory (0) never claims a fit.
@@ -71,7 +88,12 @@ pub fn available_memory_bytes() -> u64 {
 pub fn cpu_name() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_owned()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
         .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
 }
 
@@ -116,7 +138,11 @@ impl AppState {
         let cfg = m.engine_config().ok();
         let rates = cfg.as_ref().map(WorkingSetRates::of);
         let context = cfg.as_ref().map_or(0, |c| u32::try_from(c.max_seq).unwrap_or(u32::MAX));
-        let answer = u64::from(crate::dto::DecodeSettings::default().gen_length);
+        let path = self.store.model_path(m);
+        let default_settings = cfg.as_ref().and_then(|c| model_default_settings(c, &path));
+        let answer = u64::from(
+            default_settings.as_ref().map_or(crate::dto::DecodeSettings::default().gen_length, |s| s.gen_length),
+        );
         // The UI's rule (ui/src/lib/memory.ts): the prompt budget shrinks to what the context leaves.
         let prompt = PROMPT_BUDGET_TOKENS.min(u64::from(context).saturating_sub(answer));
         let needed = rates.as_ref().map(|r| memory_needed(weights, r, prompt, answer));
@@ -129,7 +155,7 @@ impl AppState {
             size_bytes: m.size_bytes,
             sha256: m.sha256.clone(),
             source: m.source.clone(),
-            path: self.store.model_path(m).display().to_string(),
+            path: path.display().to_string(),
             added_ms: m.added_at,
             used_ms: m.last_used_at,
             embedded: self.is_embedded(m),
@@ -141,6 +167,7 @@ impl AppState {
             logits_bytes_per_row: rates.map_or(0, |r| r.logits_per_row),
             context_tokens: context,
             run_count: counts.get(&m.id).copied().unwrap_or(0),
+            default_settings,
             moe_calibration: self.calibration_summary(m.id).await?,
         })
     }
@@ -244,7 +271,12 @@ mod tests {
     #[test]
     fn memory_need_is_weights_plus_kv_activations_and_logits() {
         let gib = 1u64 << 30;
-        let rates = WorkingSetRates { kv_per_token: 1 << 20, activations_per_token: 1 << 10, logits_per_row: 1 << 20, logits_row_per_answer_token: true };
+        let rates = WorkingSetRates {
+            kv_per_token: 1 << 20,
+            activations_per_token: 1 << 10,
+            logits_per_row: 1 << 20,
+            logits_row_per_answer_token: true,
+        };
         let need = memory_needed(4 * gib, &rates, 1792, 256);
         assert_eq!(need, 4 * gib + 2 * gib + 2048 * 1024 + 256 * (1 << 20) + MEMORY_OVERHEAD);
         assert!(fits_memory(need, 7 * gib));

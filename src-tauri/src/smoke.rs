@@ -59,6 +59,7 @@ async fn run(app: &AppHandle, state: &Arc<AppState>, cfg: &SmokeConfig) -> anyho
         model_id: None,
         prompt: "What is 2+3?".into(),
         settings: DecodeSettings { gen_length: 32, block_length: 16, steps: 32, ..DecodeSettings::default() },
+        overridden: None,
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
         system_prompt: None,

@@ -17,6 +17,7 @@ fn request(prompt: &str) -> GenerateRequest {
         model_id: None,
         prompt: prompt.into(),
         settings: settings(),
+        overridden: None,
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
         system_prompt: None,
@@ -36,7 +37,11 @@ fn frames_of(events: &[GenerateEvent]) -> Vec<FrameDelta> {
 
 /// Checks the event protocol: started, then frames, then finished (nothing after it).
 fn check_protocol(events: &[GenerateEvent], summary: &RunSummary) {
-    assert!(matches!(events.first(), Some(GenerateEvent::Started { run_id, .. }) if *run_id == summary.id), "{:?}", events.first());
+    assert!(
+        matches!(events.first(), Some(GenerateEvent::Started { run_id, .. }) if *run_id == summary.id),
+        "{:?}",
+        events.first()
+    );
     match events.last() {
         Some(GenerateEvent::Finished { summary: s }) => assert_eq!(s, summary),
         other => panic!("last event {other:?}"),
@@ -62,7 +67,10 @@ async fn first_launch_registers_the_embedded_model_and_built_in_presets() {
     let presets = state.list_presets().await.expect("presets");
     assert_eq!(presets.iter().filter(|p| p.builtin).count(), 3, "{presets:?}");
     // The UI starts with the first preset: it must be the reference decoder, not a faster approximation.
-    assert!(presets[0].builtin && presets[0].settings.threshold.is_none() && !presets[0].settings.speculative, "{presets:?}");
+    assert!(
+        presets[0].builtin && presets[0].settings.threshold.is_none() && !presets[0].settings.speculative,
+        "{presets:?}"
+    );
     assert_eq!(presets[0].settings.cache, unmask_engine::decode::CacheMode::None, "{presets:?}");
     let spec = presets.iter().find(|p| p.settings.speculative).expect("speculative preset");
     assert!(spec.settings.revision);
@@ -393,4 +401,37 @@ async fn system_prompt_rename_and_search_of_conversations() {
     assert_eq!(state.search_conversations("2+3").await.expect("both").len(), 2);
     assert!(state.search_conversations("no such words").await.expect("none").is_empty());
     assert_eq!(state.search_conversations("  ").await.expect("blank").len(), 2);
+}
+
+/// The settings form starts from a model's own defaults and sends only what the user changed: a
+/// model's `generation_config.json` decides every knob the user left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_generation_config_fills_what_the_user_did_not_choose() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let entry = state.list_models().await.expect("models").into_iter().find(|m| m.embedded).expect("embedded");
+    // The embedded model's generation_config.json: 16 tokens in one 16-token block, 16 steps.
+    let shipped = entry.default_settings.clone().expect("default settings");
+    assert_eq!((shipped.gen_length, shipped.block_length, shipped.steps), (16, 16, 16), "{shipped:?}");
+
+    // What the form shows: values the model's defaults never say.
+    let form = DecodeSettings { gen_length: 32, block_length: 16, steps: 8, ..DecodeSettings::default() };
+    let run = |overridden: Option<Vec<SettingKey>>| {
+        let (state, form) = (&state, form.clone());
+        async move {
+            let req =
+                GenerateRequest { model_id: Some(entry.id), settings: form, overridden, ..request("Reverse: a b c") };
+            let sink = CollectSink::<GenerateEvent>::default();
+            state.generate(req, Arc::new(sink)).await.expect("generate").settings
+        }
+    };
+    // Nothing chosen: the model's defaults, whatever the form showed.
+    let s = run(Some(vec![])).await;
+    assert_eq!((s.gen_length, s.block_length, s.steps), (16, 16, 16), "{s:?}");
+    // Only the length chosen: the model's step density (one step per token) and block length stay.
+    let s = run(Some(vec![SettingKey::GenLength])).await;
+    assert_eq!((s.gen_length, s.block_length, s.steps), (32, 16, 32), "{s:?}");
+    // A preset (every knob chosen): exactly the form's values.
+    let s = run(None).await;
+    assert_eq!((s.gen_length, s.block_length, s.steps), (32, 16, 8), "{s:?}");
 }

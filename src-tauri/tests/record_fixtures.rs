@@ -53,6 +53,7 @@ async fn record_fixtures() -> anyhow::Result<()> {
             model_id: None,
             prompt: prompt.into(),
             settings,
+            overridden: None,
             backend,
             replace_from_message_id: None,
             system_prompt: None,

@@ -20,6 +20,7 @@ fn app_state_generations_keep_memory_flat() {
             model_id: None,
             prompt: soak_prompt(i),
             settings: settings.clone(),
+            overridden: None,
             backend: BackendChoice::cpu(),
             replace_from_message_id: None,
             system_prompt: None,

@@ -301,4 +301,45 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     await expect.poll(() => p.getByTestId("preset-list").textContent()).not.toContain("fast 4 steps");
     expect(app.errors()).toEqual([]);
   });
+
+  it("settings start from the model's own defaults; a run sends only what the user changed", async () => {
+    const p = await freshPage();
+    const shipped = (await p.evaluate(() => window.__UNMASK_APP_DATA__?.models[0].defaultSettings)) as Record<string, unknown> | null;
+    expect(shipped).not.toBeNull();
+    await tab(p, "settings");
+    expect(await p.locator("[data-testid=settings-form] [data-testid=preset-picker] option:checked").textContent()).toBe("Model defaults");
+    expect(await p.locator("#set-genLength").inputValue()).toBe(String(shipped!.genLength));
+    expect(await p.getByTestId("settings-base").textContent()).toContain("own defaults");
+    const lastRequest = () => p.evaluate(() =>
+      (window.__UNMASK_CALLS__.filter((c) => c.cmd === "generate").at(-1)?.args as { request: Record<string, unknown> }).request);
+    const generated = () => p.evaluate(() => window.__UNMASK_CALLS__.filter((c) => c.cmd === "generate").length);
+    const send = async (prompt: string) => {
+      const before = await generated();
+      await tab(p, "chat");
+      await p.getByTestId("prompt").fill(prompt);
+      await p.getByTestId("send").click();
+      await expect.poll(generated).toBe(before + 1);
+      await expect.poll(() => p.getByTestId("stop").count()).toBe(0);
+    };
+    // Nothing changed: no choices sent, the model's generation_config.json decides.
+    await send("first");
+    expect(await lastRequest()).toMatchObject({ overridden: [], settings: { genLength: shipped!.genLength } });
+    // One field changed: only that one is a choice, and it is marked.
+    await tab(p, "settings");
+    await p.locator("#set-seed").fill("7");
+    await expect.poll(() => p.locator("[data-testid=setting][data-key=seed]").getAttribute("data-changed")).toBe("true");
+    expect(await p.locator("[data-testid=setting][data-changed=true]").count()).toBe(1);
+    await send("second");
+    expect(await lastRequest()).toMatchObject({ overridden: ["seed"], settings: { seed: 7 } });
+    // A preset is applied as it is: every setting is a choice.
+    await p.getByTestId("preset-picker").selectOption({ label: "Reference (CPU)" });
+    await send("third");
+    expect((await lastRequest()).overridden).toBeNull();
+    // Back to the model's defaults.
+    await tab(p, "settings");
+    await p.getByTestId("reset-settings").click();
+    expect(await p.locator("[data-testid=settings-form] [data-testid=preset-picker] option:checked").textContent()).toBe("Model defaults");
+    expect(await p.locator("#set-seed").inputValue()).toBe(String(shipped!.seed));
+    expect(app.errors()).toEqual([]);
+  });
 });

@@ -229,7 +229,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       const m: ModelEntry = { id: nextId++, name: (a.name as string | null) ?? path.split("/").filter(Boolean).pop()!.replace(/\.gguf$/, ""),
         architecture: dream ? "dream" : moe ? "llada_moe" : "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",
         sizeBytes, sha256: "cd".repeat(32), source: path, path, addedMs: now(),
-        usedMs: null, embedded: false, fitsMemory: false, runCount: 0,
+        usedMs: null, embedded: false, fitsMemory: false, runCount: 0, defaultSettings: null,
         moeCalibration: moe ? "240 prompts · 16 layers x 64 experts (top-8) · busiest expert 3.1x its fair share" : null,
         // 8B-class: 32 layers x 2 x (32 kv heads x 128) x 4 bytes = 1 MiB per token; activations of
         // hidden 4096 / FFN 12288 are 256 KiB per token; a logits row is the vocabulary x 20 bytes.

@@ -88,7 +88,7 @@ describe("settings form", () => {
     expect(await p.getByTestId("settings-invalid").textContent()).toContain("1 field is not valid");
     await shot(p, "settings-invalid");
 
-    // Answer length must be a multiple of the block length (16 in the reference preset).
+    // Answer length must be a multiple of the block length (16 in the model's defaults).
     const gen = p.locator("#set-genLength");
     await gen.fill("50");
     await expect.poll(() => p.locator("#err-genLength").textContent()).toBe("Answer length 50 must be a multiple of the block length 16.");
@@ -106,7 +106,8 @@ describe("settings form", () => {
     await p.getByTestId("send").click();
     await expect.poll(async () => (await calls(p, "generate")).length).toBe(1);
     const [req] = (await calls(p, "generate")) as { request: { settings: Record<string, unknown> } }[];
-    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 32, blockLength: 16 });
+    // (16 tokens in one 16-token block: the embedded model's own defaults.)
+    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 16, blockLength: 16 });
 
     // Back in the form, the invalid answer length is still shown as typed, with its message.
     await tab(p, "settings");
@@ -162,17 +163,17 @@ describe("model manager", () => {
     const fit = p.getByTestId("model-fit");
     await expect.poll(() => fit.count()).toBe(2);
     expect(await p.getByTestId("memory-note").textContent()).toContain("5.00 GiB available now of 8.00 GiB");
-    // tiny-llada: 8.5 MiB of weights; 256 tokens of context = 224 prompt + 32 answer.
+    // tiny-llada: 8.5 MiB of weights; 256 tokens of context = 240 prompt + its default 16-token answer.
     expect(await fit.nth(0).getAttribute("data-fits")).toBe("true");
     expect(await fit.nth(0).textContent()).toContain("of 5.00 GiB available");
-    expect(await fit.nth(0).getByTestId("fit-breakdown").textContent()).toContain("for 256 tokens (224 prompt + 32 answer");
+    expect(await fit.nth(0).getByTestId("fit-breakdown").textContent()).toContain("for 256 tokens (240 prompt + 16 answer");
     // 8B in Q4_K: 4.3 GiB of weights + 1 MiB of K/V per token: over the 5 GiB available, though below the 8 GiB total.
     expect(await fit.nth(1).getAttribute("data-fits")).toBe("false");
     const before = await fit.nth(1).getByTestId("fit-breakdown").textContent();
-    expect(before).toContain("1.03 GiB for 1056 tokens (1024 prompt + 32 answer");
+    expect(before).toContain("1.02 GiB for 1040 tokens (1024 prompt + 16 answer");
     // The logits: one row of the 126464-token vocabulary (x 20 bytes) per answer token.
-    expect(before).toContain("logits 77.2 MiB (32 rows of 2.41 MiB)");
-    expect(before).toContain("activations 264 MiB");
+    expect(before).toContain("logits 38.6 MiB (16 rows of 2.41 MiB)");
+    expect(before).toContain("activations 260 MiB");
     expect(await fit.nth(1).textContent()).toContain("too big");
 
     // A longer answer in the settings needs more K/V.

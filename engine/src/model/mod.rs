@@ -34,6 +34,15 @@ pub struct GenerationDefaults {
 }
 
 impl GenerationDefaults {
+    /// The `generation_config.json` in a model directory; none there = no model defaults.
+    pub fn read_from_dir(dir: &Path) -> Result<Self> {
+        let path = dir.join("generation_config.json");
+        if !path.exists() {
+            return Ok(Self::default());
+        }
+        Self::from_json_text(&files::read_text(&path)?, &path)
+    }
+
     /// Reads the keys Unmask uses from a `generation_config.json` (others are ignored), naming
     /// the key and what it holds when one has the wrong type.
     pub fn from_json_text(text: &str, path: &Path) -> Result<Self> {
@@ -230,12 +239,7 @@ pub fn load_model(path: &Path) -> Result<LoadedModel> {
             ),
         });
     }
-    let gen_path = dir.join("generation_config.json");
-    let generation = if gen_path.exists() {
-        GenerationDefaults::from_json_text(&files::read_text(&gen_path)?, &gen_path)?
-    } else {
-        GenerationDefaults::default()
-    };
+    let generation = GenerationDefaults::read_from_dir(&dir)?;
     let template = ChatTemplate::for_arch(transformer.config.arch);
     let mut transformer = transformer;
     fill_eot(&mut transformer.config, &tokenizer, &template);

@@ -231,6 +231,12 @@ export type GenerateRequest = {
 	modelId: number | null,
 	prompt: string,
 	settings: DecodeSettings,
+	/**
+	 *  The knobs of `settings` the user chose; the others take the model's defaults
+	 *  (`generation_config.json`, then the engine's). Null: every knob of `settings` is a choice
+	 *  (a preset applied as it is).
+	 */
+	overridden?: SettingKey[] | null,
 	backend: BackendChoice,
 	/**  Regenerate/edit: this message and every later one are replaced. */
 	replaceFromMessageId: number | null,
@@ -302,6 +308,12 @@ export type ModelEntry = {
 	/**  The model's context length in tokens (prompt + answer). */
 	contextTokens: number,
 	runCount: number,
+	/**
+	 *  The settings a run of this model uses when the user chooses none: its
+	 *  `generation_config.json` over the engine's defaults (what the settings form starts from).
+	 *  Null when the model's files or config could not be read.
+	 */
+	defaultSettings: DecodeSettings | null,
 	/**  The stored MoE calibration in one line (`unmask moe calibrate`); null when there is none. */
 	moeCalibration: string | null,
 };
@@ -401,6 +413,9 @@ export type SettingInfo = {
 	 */
 	toggleLabel: string | null,
 };
+
+/**  One knob of [`DecodeSettings`], by its field name: which ones a user chose explicitly. */
+export type SettingKey = "genLength" | "blockLength" | "steps" | "temperature" | "remasking" | "cache" | "threshold" | "algorithm" | "speculative" | "revision" | "cfgScale" | "seed" | "moe";
 
 /**  Kind of a setting's editor. */
 export type SettingKind = "int" | "float" | "bool" | "choice";

@@ -1,7 +1,7 @@
 // Turning the settings schema into values and back: parsing what the user typed (never clamping:
 // out-of-range input is an error shown next to the field), checks across fields, which settings
 // apply to a model, and which differ from the preset in use.
-import type { DecodeSettings, SettingInfo } from "./bindings";
+import type { DecodeSettings, SettingInfo, SettingKey } from "./bindings";
 
 type Value = number | boolean | string | null;
 type Rec = Record<string, unknown>;
@@ -177,4 +177,18 @@ export function changedKeys(schema: readonly SettingInfo[], settings: DecodeSett
   // A field missing from an older preset has its default (optional ones: off).
   const norm = (s: SettingInfo, v: unknown) => (v === undefined ? (isOptional(s) ? null : s.default) : v);
   return schema.filter((s) => norm(s, rec[s.key]) !== norm(s, ref[s.key])).map((s) => s.key);
+}
+
+/** `base` with the `chosen` settings taken from `settings` (the model's defaults under the user's choices). */
+export function withChoices(base: DecodeSettings, settings: DecodeSettings, chosen: readonly SettingKey[]): DecodeSettings {
+  const out = { ...base } as Rec;
+  for (const k of chosen) out[k] = (settings as unknown as Rec)[k];
+  return out as DecodeSettings;
+}
+
+/** Settings whose value differs between two settings (what an edit changed). */
+export function differingKeys(a: DecodeSettings, b: DecodeSettings): SettingKey[] {
+  const x = a as unknown as Rec;
+  const y = b as unknown as Rec;
+  return Object.keys({ ...x, ...y }).filter((k) => x[k] !== y[k]) as SettingKey[];
 }

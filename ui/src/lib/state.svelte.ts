@@ -1,7 +1,7 @@
 // App-wide state shared by the screens: what was loaded from the backend and the current choices.
 import * as api from "./api";
-import type { AppInfo, BackendChoice, DecodeSettings, ModelEntry, Preset, SettingInfo } from "./bindings";
-import { defaultSettings } from "./settings";
+import type { AppInfo, BackendChoice, DecodeSettings, ModelEntry, Preset, SettingInfo, SettingKey } from "./bindings";
+import { defaultSettings, differingKeys, withChoices } from "./settings";
 
 /** Screens of the app. */
 export type Tab = "chat" | "profiler" | "models" | "compare" | "settings";
@@ -14,6 +14,11 @@ export const app = $state({
   presets: [] as Preset[],
   schema: [] as SettingInfo[],
   settings: null as DecodeSettings | null,
+  /**
+   * The settings the user chose; the others are the model's defaults and follow the model. Null:
+   * every setting is a choice (a preset was applied as it is).
+   */
+  overridden: [] as SettingKey[] | null,
   backend: { kind: "cpu", device: null } as BackendChoice,
   modelId: null as number | null,
   presetId: null as number | null,
@@ -68,8 +73,8 @@ export async function loadAll(): Promise<void> {
     app.models = models;
     app.presets = presets;
     app.schema = schema;
-    resetSettings();
     app.modelId = info.defaultModelId ?? models[0]?.id ?? null;
+    resetSettings();
     app.loaded = true;
   } catch (e) {
     showError(e);
@@ -94,23 +99,65 @@ export async function refreshPresets(): Promise<void> {
   }
 }
 
+/** The model runs use now. */
+export function currentModel(): ModelEntry | null {
+  return app.models.find((m) => m.id === app.modelId) ?? null;
+}
+
 /**
- * Starting settings: the first built-in preset (the reference decoder) when there is one, since a
- * schema default can be a suggested value (e.g. a threshold) rather than the engine's "unset".
+ * Starting settings: the model's own defaults (its generation_config.json over the engine's), none
+ * of them a choice, so a run sends no overrides. A model whose defaults could not be read starts
+ * from the reference preset, else the schema's defaults.
  */
 export function resetSettings(): void {
+  const shipped = currentModel()?.defaultSettings ?? null;
   const reference = app.presets.find((p) => p.builtin);
-  if (reference) applyPreset(reference);
+  if (shipped) {
+    app.settings = structuredClone($state.snapshot(shipped)) as DecodeSettings;
+    app.overridden = [];
+    app.presetId = null;
+  } else if (reference) applyPreset(reference);
   else {
     app.settings = defaultSettings(app.schema);
+    app.overridden = null;
     app.presetId = null;
   }
+}
+
+/** Switches the model; settings the user did not choose follow the new model's defaults. */
+export function selectModel(id: number): void {
+  app.modelId = id;
+  const shipped = currentModel()?.defaultSettings ?? null;
+  if (shipped && app.settings && app.overridden !== null) {
+    app.settings = withChoices(structuredClone($state.snapshot(shipped)) as DecodeSettings, $state.snapshot(app.settings) as DecodeSettings, app.overridden);
+  }
+}
+
+/** The canvas geometry: one decision, checked together by the form, so chosen together. */
+const GEOMETRY: readonly SettingKey[] = ["genLength", "blockLength", "steps"];
+
+/**
+ * Records an edit of the settings (from the applied ones to `next`) in the user's choices: the
+ * settings it changed become choices (one of the geometry makes all three choices, so what the form
+ * shows is what runs); a setting back at the model's default is no longer one.
+ */
+export function recordEdit(next: DecodeSettings): void {
+  const shipped = currentModel()?.defaultSettings ?? null;
+  if (app.overridden === null || app.settings === null || shipped === null) return;
+  let edited = differingKeys(app.settings, next);
+  if (edited.some((k) => GEOMETRY.includes(k))) edited = [...edited, ...GEOMETRY];
+  const chosen = new Set([...app.overridden, ...edited]);
+  const atDefault = (k: SettingKey) => (next as unknown as Record<string, unknown>)[k] === (shipped as unknown as Record<string, unknown>)[k];
+  for (const k of chosen) if (!GEOMETRY.includes(k) && atDefault(k)) chosen.delete(k);
+  if (GEOMETRY.every(atDefault)) for (const k of GEOMETRY) chosen.delete(k);
+  app.overridden = [...chosen];
 }
 
 /** Makes a preset's settings and backend the current ones. */
 export function applyPreset(p: Preset): void {
   app.presetId = p.id;
   app.settings = structuredClone($state.snapshot(p.settings)) as DecodeSettings;
+  app.overridden = null;
   app.backend = { ...p.backend };
 }
 
