@@ -418,7 +418,8 @@ def render_decoding(d):
 
 
 ABLATION_ORDER = ["reference", "prefix_cache", "sliding_window", "speculative", "revision", "spec_revision",
-                  "spec_revision_lockstep", "revision_margin_0.05", "revision_margin_0.4", "revision_visible_0.5"]
+                  "spec_revision_lockstep", "spec_aggressive", "spec_aggressive_revision", "spec_aggressive_revision_eager",
+                  "revision_margin_0.05", "revision_margin_0.4", "revision_visible_0.5"]
 
 
 def render_ablation(d):
@@ -458,6 +459,12 @@ def render_ablation(d):
               for k in names]
         out.append("Revisions that fixed / broke / left neutral an answer:\n\n" +
                    table(["variant", "fixed", "broke", "neutral"], rf))
+        lm = [[f"`{k}`", g(v[k].get("lm_head_rows")), g(v[k].get("lm_head_rows_saved")), g(v[k].get("lm_head_rows_cpu_path"))]
+              for k in names if v[k].get("lm_head_rows") is not None]
+        if lm:
+            out.append("LM-head rows of the NPU-aware loop (dense rows computed; rows saved against computing every "
+                       "position of each forward's window; rows of the CPU path's checks):\n\n" +
+                       table(["variant", "dense rows", "rows saved", "CPU-path rows"], lm))
         out.append("Per task (accuracy):\n\n" + task_table([(f"`{k}`", v[k].get("tasks")) for k in names]))
         h = d.get("headline") or {}
         sr, pc = v.get("spec_revision"), v.get("prefix_cache")
@@ -467,8 +474,19 @@ def render_ablation(d):
                        f"prefix-cache decoding, at accuracy {fx(sr.get('accuracy'), 3)} vs "
                        f"{fx(pc.get('accuracy'), 3)}; the CPU path in lockstep costs "
                        f"{fx(h.get('sim_latency_ratio_lockstep_cpu_path'), 3)}× ({SIM}). Revisions made: "
-                       f"{g(sr.get('revisions'))}. Host wall time grows with revision because this machine "
-                       "runs the \"NPU\" and the CPU path on the same cores.\n")
+                       f"{g(sr.get('revisions'))}. The host wall column of this table runs the \"NPU\" and the CPU path "
+                       "on the same cores; the measured split (dense path on one core, CPU path on the other) is "
+                       "the host wall table below.\n")
+            ag, agr = v.get("spec_aggressive"), v.get("spec_aggressive_revision_eager")
+            if ag and agr:
+                fb = agr.get("revisions_fixed_broke_neutral") or [None] * 3
+                out.append(f"Aggressive speculation (drafts accepted by their own confidence ≥ 0.5, lookahead on "
+                           f"every step): {g(ag.get('forwards'))} forwards vs {g(pc.get('forwards'))} for the prefix "
+                           f"cache, {SIM} latency {fx(ag.get('sim_8b_latency_ratio_vs_prefix_cache'), 3)}×, accuracy "
+                           f"{fx(ag.get('accuracy'), 3)} vs {fx(pc.get('accuracy'), 3)} (reference "
+                           f"{fx(v.get('reference', {}).get('accuracy'), 3)}); with eager revision "
+                           f"{fx(agr.get('accuracy'), 3)}, {g(agr.get('revisions'))} revisions "
+                           f"({g(fb[0])} fixed / {g(fb[1])} broke / {g(fb[2])} neutral).\n")
             accs = {round(x.get("accuracy") or 0, 9) for x in v.values()}
             if len(accs) == 1 and all(not x.get("revisions") for x in v.values()):
                 out.append("In this run every variant has the same accuracy and no revision changed a token: "
@@ -476,6 +494,18 @@ def render_ablation(d):
                            "CPU-path forward on the phone's cores lasts several dense NPU forwards, so the async "
                            "schedule runs a job on only some of the steps with Visible tokens and its verdicts land "
                            "after the block has moved on.\n")
+    hw = d.get("host_wall") or {}
+    if hw.get("variants"):
+        hv = hw["variants"]
+        rows = [[f"`{k}`", fx(x.get("wall_s"), 2) + " s", fx(x.get("wall_ratio_vs_prefix_cache"), 3),
+                 fx(x.get("accuracy"), 3), g(x.get("dense_forwards")), g(x.get("cpu_path_forwards")),
+                 f"{g(x.get('cpu_path_jobs_deferred'))} / {g(x.get('cpu_path_busy_steps'))} / {g(x.get('cpu_path_jobs_drained'))}",
+                 g(x.get("revisions"))] for k, x in hv.items()]
+        out.append("### ablation: host wall time (measured)\n\n"
+                   f"Measured on this machine, {g(hw.get('examples'))} prompts, {g(hw.get('backend'))} backend; threads: "
+                   f"{g(hw.get('threads'))}. Variants interleaved per prompt.\n\n" +
+                   table(["variant", "wall", "ratio vs prefix cache", "accuracy", "dense forwards", "CPU-path forwards",
+                          "jobs deferred / busy steps / drained", "revisions"], rows))
     cal = d.get("confidence_calibration_prefix_cache") or []
     if cal:
         out.append("### ablation: confidence calibration (prefix cache)\n\n" +

@@ -43,6 +43,9 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
     // The window's buckets come from the backend's cost profile.
     let spec = Some(SpeculativeSettings::default());
     let rev = Some(RevisionSettings::default());
+    let aggressive = Some(SpeculativeSettings { trigger: base.block_length, max_lookahead: 24, accept_confidence: Some(0.5), ..Default::default() });
+    // Revision that re-checks more and revises sooner.
+    let eager = RevisionSettings { visible_threshold: 0.9, stable_threshold: 0.95, revise_margin: 0.05, max_checks: 8, ..Default::default() };
     let v = |name, settings, npu_loop| Variant { name, settings, npu_loop };
     vec![
         v("reference", base.clone(), false),
@@ -53,6 +56,11 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
         v("spec_revision", DecodeSettings { speculative: spec.clone(), revision: rev, ..prefix.clone() }, true),
         // The same with the CPU path in lockstep (every step waits for its job).
         v("spec_revision_lockstep", DecodeSettings { speculative: spec, revision: Some(RevisionSettings { schedule: CpuPathSchedule::Lockstep, ..Default::default() }), ..prefix.clone() }, true),
+        // Aggressive speculation: look ahead on every step, accept drafts by their own confidence
+        // (not by the fresh forward's agreement); the setting where revision has something to fix.
+        v("spec_aggressive", DecodeSettings { speculative: aggressive.clone(), ..prefix.clone() }, true),
+        v("spec_aggressive_revision", DecodeSettings { speculative: aggressive.clone(), revision: Some(RevisionSettings::default()), ..prefix.clone() }, true),
+        v("spec_aggressive_revision_eager", DecodeSettings { speculative: aggressive, revision: Some(eager), ..prefix.clone() }, true),
         // Small sweep behind the revision defaults (margin 0.2, visible 0.7).
         v("revision_margin_0.05", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.05, ..Default::default() }), ..prefix.clone() }, true),
         v("revision_margin_0.4", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.4, ..Default::default() }), ..prefix.clone() }, true),
@@ -75,6 +83,9 @@ struct Extra {
     dropped_jobs: usize,
     revisions: usize,
     merges: usize,
+    lm_head_rows: usize,
+    lm_head_window_rows: usize,
+    lm_head_rows_cpu_path: usize,
     /// Revisions that turned a wrong token into the target one / a right one into a wrong one /
     /// a wrong one into another wrong one (against the answer's tokens).
     revision_fixed: usize,
@@ -150,6 +161,9 @@ fn run_variant(
         x.dropped_jobs += stats.dropped_jobs;
         x.revisions += stats.revisions;
         x.merges += stats.merges.len();
+        x.lm_head_rows += stats.lm_head_rows;
+        x.lm_head_window_rows += stats.lm_head_window_rows;
+        x.lm_head_rows_cpu_path += stats.lm_head_rows_cpu_path;
         x.revision_fixed += fixed;
         x.revision_broke += broke;
         x.revision_neutral += neutral;
@@ -186,7 +200,8 @@ pub fn run(quick: bool) -> Result<Value> {
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
     let tok = m.tokenizer;
     let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
-    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
+    let transformer = Arc::new(m.transformer);
+    let npu = VirtualNpu::new(Arc::clone(&transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
     let mut backend = RecordingBackend::new(Box::new(npu));
     let examples = tasks::load(&tasks::test_split(), per_task)?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
@@ -200,6 +215,8 @@ pub fn run(quick: bool) -> Result<Value> {
             .collect::<unmask_engine::Result<Vec<_>>>()?;
         results.push((v.name, r, x, replays));
     }
+    eprintln!("[ablation] host wall time (CPU backend, dense path on one core, CPU path on the other)");
+    let host_wall = crate::ablation_wall::measure(&transformer, &tok, &examples, &base, &stop)?;
     let find = |n: &str| results.iter().position(|(name, ..)| *name == n).unwrap_or(0);
     let (reference, prefix, spec, rev, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("revision"), find("spec_revision"));
     let both_lockstep = find("spec_revision_lockstep");
@@ -222,11 +239,19 @@ pub fn run(quick: bool) -> Result<Value> {
         v["cpu_path_forwards"] = json!(x.cpu_forwards);
         v["revisions"] = json!(x.revisions);
         v["kv_merges"] = json!(x.merges);
+        // The NPU-aware loop counts LM-head rows (the reference loop does not report them).
+        if x.lm_head_window_rows > 0 {
+            v["lm_head_rows"] = json!(x.lm_head_rows);
+            v["lm_head_rows_cpu_path"] = json!(x.lm_head_rows_cpu_path);
+            v["lm_head_rows_saved"] = json!(x.lm_head_window_rows.saturating_sub(x.lm_head_rows));
+        }
         v["revisions_fixed_broke_neutral"] = json!([x.revision_fixed, x.revision_broke, x.revision_neutral]);
         v["token_agreement_vs_reference"] = json!(token_agreement(&results[reference].1, r));
         rows.insert((*name).to_owned(), v);
     }
     let acc = |i: usize| results[i].1.accuracy();
+    let ci = |i: usize| results[i].1.accuracy_ci95();
+    let fixed_broke = |i: usize| (results[i].2.revision_fixed, results[i].2.revision_broke);
     let buckets = backend.cost_profile().map(|c| c.token_buckets);
     Ok(json!({
         "headline": {
@@ -240,7 +265,20 @@ pub fn run(quick: bool) -> Result<Value> {
             "sim_latency_ratio_speculative": sim8b(spec) / sim8b(prefix),
             "sim_latency_ratio_lockstep_cpu_path": sim8b(both_lockstep) / sim8b(prefix),
             "accuracy_spec_revision_lockstep": acc(both_lockstep),
+            "accuracy_reference_ci95": ci(reference),
+            "accuracy_speculative_ci95": ci(spec),
+            "accuracy_spec_revision_ci95": ci(both),
+            "accuracy_spec_aggressive": acc(find("spec_aggressive")),
+            "accuracy_spec_aggressive_ci95": ci(find("spec_aggressive")),
+            "accuracy_spec_aggressive_revision": acc(find("spec_aggressive_revision")),
+            "accuracy_spec_aggressive_revision_eager": acc(find("spec_aggressive_revision_eager")),
+            "revisions_fixed": fixed_broke(find("spec_aggressive_revision_eager")).0,
+            "revisions_harmed": fixed_broke(find("spec_aggressive_revision_eager")).1,
+            "forwards_ratio_spec_aggressive_revision_eager": results[find("spec_aggressive_revision_eager")].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
+            "host_wall_ratio_spec_revision": host_wall["host_wall_ratio_spec_revision"],
+            "host_wall_ratio_spec_revision_lockstep": host_wall["host_wall_ratio_spec_revision_lockstep"],
         },
+        "host_wall": host_wall,
         "settings": base,
         "speculative": SpeculativeSettings::default(),
         "token_buckets": buckets,
@@ -253,6 +291,6 @@ pub fn run(quick: bool) -> Result<Value> {
             "note": "each variant's recorded forwards replayed: dense path on the NPU (swap-optimized memory runtime), CPU-path forwards on the profile's CPU cores but one; simulated_latency_s = a step lasts max(dense, CPU path) (lockstep); async_latency_s = jobs only when the CPU path is idle, the rest dropped (what the loop's async schedule does, here re-timed on each device); the commit schedule is the tiny model's",
         },
         "timing": "virtual NPU SM8750 timed_as LLaDA-8B: tiny-llada's math on this CPU, every dense and CPU-path forward charged at LLaDA-8B layer shapes; the loop's async CPU-path schedule runs on that clock",
-        "note": "SIMULATED latencies. forwards_ratio and sim_latency_ratio (the loop's own simulated clock, virtual SM8750 timed at LLaDA-8B shapes) are spec_revision ÷ prefix_cache; sim_latency_ratio_lockstep_cpu_path is the same run with the CPU path in lockstep",
+        "note": "SIMULATED latencies except host_wall (measured on this machine, CPU backend: host_wall_ratio_* = wall time of speculative + revision with the threaded / lockstep CPU path ÷ prefix-cache decoding, dense path on one core, CPU path on the other, same prompts interleaved). forwards_ratio and sim_latency_ratio (the loop's own simulated clock, virtual SM8750 timed at LLaDA-8B shapes) are spec_revision ÷ prefix_cache; sim_latency_ratio_lockstep_cpu_path is the same run with the CPU path in lockstep",
     }))
 }

@@ -48,24 +48,12 @@ fn exec(policy: MoePolicy, plan: &Arc<StaticPlan>, renormalise: bool) -> MoeExec
     MoeExecution { policy, plan, renormalise_dropped: renormalise, residency: None }
 }
 
-/// Wilson 95 % interval of `ok / n`.
-fn wilson(ok: usize, n: usize) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 0.0);
-    }
-    let (z, n_f, p) = (1.96f64, n as f64, ok as f64 / n as f64);
-    let denom = 1.0 + z * z / n_f;
-    let centre = (p + z * z / (2.0 * n_f)) / denom;
-    let half = z * ((p * (1.0 - p) + z * z / (4.0 * n_f)) / n_f).sqrt() / denom;
-    (centre - half, centre + half)
-}
-
 /// Accuracy per task with its Wilson interval.
 fn per_task_json(r: &tasks::EvalResult) -> serde_json::Map<String, Value> {
     r.per_task
         .iter()
         .map(|(k, &(c, n))| {
-            let (l, h) = wilson(c, n);
+            let (l, h) = crate::tasks::wilson(c, n);
             (k.clone(), json!({"accuracy": c as f64 / n.max(1) as f64, "ci95": [l, h], "n": n}))
         })
         .collect()

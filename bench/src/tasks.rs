@@ -72,6 +72,12 @@ pub struct EvalResult {
 
 impl EvalResult {
     /// Exact-match accuracy over all examples.
+    /// Wilson 95 % interval of the accuracy over all examples.
+    pub fn accuracy_ci95(&self) -> [f64; 2] {
+        let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        let (lo, hi) = wilson(ok, n);
+        [lo, hi]
+    }
     pub fn accuracy(&self) -> f64 {
         let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
         if n == 0 {
@@ -159,4 +165,16 @@ pub fn token_agreement(a: &EvalResult, b: &EvalResult) -> f64 {
         }
     }
     same as f64 / n.max(1) as f64
+}
+
+/// Wilson 95 % interval of `ok / n`.
+pub fn wilson(ok: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 0.0);
+    }
+    let (z, n_f, p) = (1.96f64, n as f64, ok as f64 / n as f64);
+    let denom = 1.0 + z * z / n_f;
+    let centre = (p + z * z / (2.0 * n_f)) / denom;
+    let half = z * ((p * (1.0 - p) + z * z / (4.0 * n_f)) / n_f).sqrt() / denom;
+    (centre - half, centre + half)
 }

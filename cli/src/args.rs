@@ -1,7 +1,7 @@
 //! Command-line flags shared by `generate` and `chat`: model, decoding settings, backend.
 
 use clap::Args;
-use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
+use unmask_engine::decode::revision::{CpuPathEnd, CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DreamAlg, Remasking};
 use unmask_engine::run::{BackendSpec, SettingsOverrides};
@@ -175,6 +175,10 @@ pub struct DecodeArgs {
     /// Speculative: a draft is accepted only inside the top-K confidence set [default: 2].
     #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
     pub spec_accept_top_k: Option<usize>,
+    /// Speculative: accept a draft as drafted when its own confidence is at least this, whether
+    /// or not the block's fresh forward agrees (aggressive; off = the top-k rule).
+    #[arg(long, requires = "speculative", value_name = "P", help_heading = "NPU-aware decoding")]
+    pub spec_accept_confidence: Option<f64>,
     /// Speculative: show drafts but never accept them.
     #[arg(long, requires = "speculative", help_heading = "NPU-aware decoding")]
     pub spec_no_accept: bool,
@@ -202,9 +206,15 @@ pub struct DecodeArgs {
     #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
     pub revision_max_checks: Option<usize>,
     /// Revision: `async` = the dense path never waits for the CPU path (verdicts land when its
-    /// job ends, on the simulated device clock); `lockstep` = every step waits for it.
+    /// job ends, on the simulated device clock; deterministic); `lockstep` = every step waits for
+    /// it; `threaded` = the CPU path runs on its own thread and core for the whole run and its
+    /// verdicts land at the first step boundary after they arrive in real time (not deterministic).
     #[arg(long, requires = "revision", value_enum, default_value_t = CpuPathSchedule::Async, help_heading = "NPU-aware decoding")]
     pub revision_schedule: CpuPathSchedule,
+    /// Revision: a CPU-path job still running when the run ends is dropped (`drop`) or waited for
+    /// and applied (`drain`).
+    #[arg(long, requires = "revision", value_enum, default_value_t = CpuPathEnd::Drop, help_heading = "NPU-aware decoding")]
+    pub revision_at_end: CpuPathEnd,
     /// How mixture-of-experts layers run: `cpu` (exact, dynamic shapes), `naive` (one launch per
     /// expert) or `static-tiers` (static capacity tiers from `unmask moe calibrate`, tokens over
     /// capacity dropped by saliency, experts grouped into one launch per group). Dense models ignore it.
@@ -230,6 +240,7 @@ impl DecodeArgs {
                 trigger: self.spec_trigger.unwrap_or(d.trigger),
                 max_lookahead: self.spec_lookahead.unwrap_or(d.max_lookahead),
                 accept_top_k: self.spec_accept_top_k.unwrap_or(d.accept_top_k),
+                accept_confidence: self.spec_accept_confidence,
                 accept_drafts: d.accept_drafts && !self.spec_no_accept,
                 token_buckets: if self.spec_buckets.is_empty() { d.token_buckets } else { self.spec_buckets.clone() },
             }
@@ -243,6 +254,7 @@ impl DecodeArgs {
                 stable_checks: self.revision_stable_checks.unwrap_or(d.stable_checks),
                 max_checks: self.revision_max_checks.unwrap_or(d.max_checks),
                 schedule: self.revision_schedule,
+                at_end: self.revision_at_end,
             }
         });
         SettingsOverrides {

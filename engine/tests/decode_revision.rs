@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::{model, prompt, run_npu, states_before_steps, FakeNpu};
-use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
+use unmask_engine::decode::revision::{CpuPathEnd, CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, TokenState};
 
@@ -51,7 +51,13 @@ fn cpu_path_runs_concurrently_and_flags_revisions() {
     assert!(revised.iter().all(|c| !c.speculative && c.token != MASK));
     assert!(frames.iter().flat_map(|f| f.changes.iter()).any(|c| c.state == TokenState::Visible && !c.revised));
     assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
-    println!("revisions {} promotions {} cpu forwards {} merges {}", stats.revisions, stats.promotions, stats.cpu_forwards, stats.merges.len());
+    println!(
+        "revisions {} promotions {} cpu forwards {} merges {}",
+        stats.revisions,
+        stats.promotions,
+        stats.cpu_forwards,
+        stats.merges.len()
+    );
 }
 
 /// Dense rows go to masked positions only, CPU-path rows to Visible positions only: Stable
@@ -70,13 +76,25 @@ fn stable_tokens_get_no_logit_rows() {
         let dense_fwds: Vec<_> = fwds.iter().filter(|f| f.thread == dense).collect();
         assert_eq!(dense_fwds.len(), frames.len());
         for (f, canvas) in dense_fwds.iter().zip(&before) {
-            assert!(f.rows.iter().all(|&r| canvas.state(r) == TokenState::Masked), "{cache:?}: dense row on a committed token");
+            assert!(
+                f.rows.iter().all(|&r| canvas.state(r) == TokenState::Masked),
+                "{cache:?}: dense row on a committed token"
+            );
         }
+        // The counted LM-head rows are the rows the forwards asked for, and fewer than a
+        // full-logits forward of each window would compute.
+        assert_eq!(stats.lm_head_rows, dense_fwds.iter().map(|f| f.rows.len()).sum::<usize>());
+        assert_eq!(stats.lm_head_window_rows, dense_fwds.iter().map(|f| f.len).sum::<usize>());
+        assert!(stats.lm_head_rows < stats.lm_head_window_rows);
         let cpu_rows: Vec<_> = fwds.iter().filter(|f| f.thread != dense && !f.rows.is_empty()).collect();
+        assert_eq!(stats.lm_head_rows_cpu_path, cpu_rows.iter().map(|f| f.rows.len()).sum::<usize>());
         assert_eq!(cpu_rows.len(), stats.checks.len());
         for (f, (step, checked)) in cpu_rows.iter().zip(&stats.checks) {
             assert_eq!(&f.rows, checked);
-            assert!(checked.iter().all(|&q| before[*step].state(q) == TokenState::Visible), "{cache:?}: CPU row on a non-Visible token");
+            assert!(
+                checked.iter().all(|&q| before[*step].state(q) == TokenState::Visible),
+                "{cache:?}: CPU row on a non-Visible token"
+            );
         }
         assert!(!stats.checks.is_empty());
     }
@@ -93,7 +111,12 @@ fn revised_kv_is_merged_only_at_step_boundaries() {
     for m in &stats.merges {
         let f = &frames[m.step];
         let revised: HashSet<usize> = f.changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
-        assert!(m.positions.iter().all(|q| revised.contains(q)), "merged {:?} not revised in step {}", m.positions, m.step);
+        assert!(
+            m.positions.iter().all(|q| revised.contains(q)),
+            "merged {:?} not revised in step {}",
+            m.positions,
+            m.step
+        );
         assert!(m.positions.iter().all(|q| (f.block.0..f.block.1).contains(q)));
     }
     let mut be = FakeNpu::new(model("llada"), None);
@@ -147,7 +170,8 @@ fn lockstep(cache: CacheMode) -> DecodeSettings {
 fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
     use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
     use unmask_engine::trace::Lane;
-    let mut npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let mut npu =
+        VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
     let p = prompt("llada", 0);
     let (out, stats, frames) = run_npu(&mut npu, &p, &lockstep(CacheMode::Prefix));
     assert!(stats.lockstep);
@@ -158,7 +182,10 @@ fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
     let t = npu.timeline();
     let cpu: Vec<_> = t.events.iter().filter(|e| e.category == "cpu_path").collect();
     assert!(!cpu.is_empty());
-    assert!(cpu.iter().all(|e| matches!(e.lane, Lane::Cpu(i) if i >= 1)), "the CPU path never uses the core driving the NPU");
+    assert!(
+        cpu.iter().all(|e| matches!(e.lane, Lane::Cpu(i) if i >= 1)),
+        "the CPU path never uses the core driving the NPU"
+    );
     // Dense forwards (summary events on the NPU lane) never overlap a CPU task of an earlier
     // step: each dense forward starts after everything recorded before it.
     let dense: Vec<_> = t.events.iter().filter(|e| e.lane == Lane::Npu && e.is_summary()).collect();
@@ -170,11 +197,17 @@ fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
         }
     }
     // Every CPU task starts with the dense forward it ran beside.
-    assert!(cpu.iter().all(|c| dense.iter().any(|d| (d.start_sim - c.start_sim).abs() < 1e-12 || c.start_sim >= d.start_sim)));
+    assert!(cpu
+        .iter()
+        .all(|c| dense.iter().any(|d| (d.start_sim - c.start_sim).abs() < 1e-12 || c.start_sim >= d.start_sim)));
     // The decode's simulated total is the sum over steps of the longer path.
     let per_step: f64 = frames.iter().filter_map(|f| f.simulated_s).sum();
     assert!((out.simulated_s.unwrap() - per_step).abs() < 1e-9);
-    assert!((t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0), "timeline span {} vs steps {per_step}", t.end_sim());
+    assert!(
+        (t.end_sim() - per_step).abs() < 1e-6 * per_step.max(1.0),
+        "timeline span {} vs steps {per_step}",
+        t.end_sim()
+    );
 }
 
 /// The asynchronous schedule, timed at LLaDA-8B shapes (where a CPU-path forward on the phone's
@@ -209,7 +242,9 @@ fn async_cpu_path_never_stalls_the_dense_path() {
     for w in cpu.windows(2) {
         assert!(w[1].start_sim + 1e-12 >= w[0].start_sim + w[0].dur_sim, "the CPU path runs one task at a time");
     }
-    let spans_later = cpu.iter().any(|c| dense.iter().any(|d| d.start_sim > c.start_sim + 1e-12 && d.start_sim < c.start_sim + c.dur_sim));
+    let spans_later = cpu
+        .iter()
+        .any(|c| dense.iter().any(|d| d.start_sim > c.start_sim + 1e-12 && d.start_sim < c.start_sim + c.dur_sim));
     assert!(spans_later, "no CPU task overlapped a later dense forward");
     // The same run in lockstep takes longer in simulated time (it waits for every job).
     let mut b = vnpu();
@@ -218,6 +253,71 @@ fn async_cpu_path_never_stalls_the_dense_path() {
     assert!(out.simulated_s.unwrap() < lo.simulated_s.unwrap());
     // Every Visible token still ends Stable.
     assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+}
+
+fn threaded(cache: CacheMode, at_end: CpuPathEnd) -> DecodeSettings {
+    let mut s = settings(cache);
+    if let Some(r) = s.revision.as_mut() {
+        r.schedule = CpuPathSchedule::Threaded;
+        r.at_end = at_end;
+    }
+    s
+}
+
+/// The threaded schedule in wall time: with a CPU path ten times slower than a dense forward,
+/// the dense loop runs several forwards while one CPU-path job is on its thread (it never waits
+/// for it), the job's verdicts land at a later step boundary, and every token still ends Stable.
+#[test]
+fn threaded_cpu_path_runs_across_dense_steps_without_blocking_them() {
+    let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+    be.delay = Duration::from_millis(3);
+    be.cpu_delay = Some(Duration::from_millis(40));
+    let p = prompt("llada", 0);
+    let (out, stats, _) = run_npu(&mut be, &p, &threaded(CacheMode::Prefix, CpuPathEnd::Drop));
+    assert!(stats.threaded && stats.concurrent && !stats.lockstep);
+    let dense = stats.dense_thread.unwrap();
+    assert!(!stats.cpu_threads.is_empty() && !stats.cpu_threads.contains(&dense));
+    let fwds = be.forwards();
+    let (d, c): (Vec<_>, Vec<_>) = fwds.iter().partition(|f| f.thread == dense);
+    assert!(!c.is_empty());
+    // Dense forwards that began and ended inside one CPU-path forward: the dense path went on.
+    let most_inside =
+        c.iter().map(|cf| d.iter().filter(|df| df.began >= cf.began && df.ended <= cf.ended).count()).max().unwrap();
+    assert!(
+        most_inside >= 2,
+        "the dense path waited for the CPU path ({most_inside} dense forwards inside one CPU forward)"
+    );
+    assert!(stats.busy_steps > 0 && stats.deferred > 0, "busy {} deferred {}", stats.busy_steps, stats.deferred);
+    assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+}
+
+/// A job still running when the run ends: `drain` waits for it and applies its verdicts, `drop`
+/// discards them. (The CPU path is slower than the whole dense run, so its first job is still
+/// running at the end.)
+#[test]
+fn threaded_cpu_path_drains_or_drops_the_last_job() {
+    let p = prompt("llada", 0);
+    for at_end in [CpuPathEnd::Drain, CpuPathEnd::Drop] {
+        let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+        be.cpu_delay = Some(Duration::from_millis(1500));
+        let (out, stats, frames) = run_npu(&mut be, &p, &threaded(CacheMode::None, at_end));
+        assert!(stats.threaded);
+        match at_end {
+            CpuPathEnd::Drain => {
+                assert_eq!((stats.drained_jobs, stats.dropped_jobs), (1, 0), "{stats:?}");
+                assert_eq!(stats.checks.len(), 1);
+                // Its verdicts were applied in the last frame (or its tokens had been promoted).
+                let last = frames.last().unwrap();
+                assert!(stats.checks[0].1.iter().all(|&q| out.canvas.state(q) == TokenState::Stable));
+                assert!(!last.changes.is_empty());
+            }
+            CpuPathEnd::Drop => {
+                assert_eq!((stats.drained_jobs, stats.dropped_jobs), (0, 1), "{stats:?}");
+                assert!(stats.checks.is_empty(), "a dropped job's checks are never booked");
+            }
+        }
+        assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+    }
 }
 
 /// The virtual NPU keeps K/V in 32×32 tiles and its CPU path reads and writes them in place: the
@@ -267,7 +367,8 @@ fn recorded_dual_path_run_replays_at_phone_scale() {
     use unmask_engine::backend::recorder::RecordingBackend;
     use unmask_engine::backend::vnpu::replay::{replay_dual_path_on, ModelPreset};
     use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
-    let npu = VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let npu =
+        VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
     let mut rec = RecordingBackend::new(Box::new(npu));
     let log = rec.log();
     let p = prompt("llada", 0);

@@ -27,7 +27,13 @@ fn spec(trigger: usize, lookahead: usize, accept: bool) -> Option<SpeculativeSet
 /// always outside it, after it, and stay `Masked`.
 #[test]
 fn never_commits_outside_the_current_block() {
-    for (name, cache) in [("llada", CacheMode::None), ("llada", CacheMode::Prefix), ("llada", CacheMode::Dual), ("dream", CacheMode::Prefix), ("dream", CacheMode::Dual)] {
+    for (name, cache) in [
+        ("llada", CacheMode::None),
+        ("llada", CacheMode::Prefix),
+        ("llada", CacheMode::Dual),
+        ("dream", CacheMode::Prefix),
+        ("dream", CacheMode::Dual),
+    ] {
         for accept in [false, true] {
             let mut be = FakeNpu::new(model(name), Some(vec![8, 16, 32, 64]));
             let p = prompt(name, 0);
@@ -72,7 +78,8 @@ fn assert_speculation_off_path_equals_reference(name: &str, s: &DecodeSettings) 
         })
         .unwrap();
         let mut be = FakeNpu::new(Arc::clone(&m), Some(vec![16, 64]));
-        let (out, stats, frames) = run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
+        let (out, stats, frames) =
+            run_npu(&mut be, &p, &DecodeSettings { speculative: spec(8, 32, false), ..s.clone() });
         assert!(stats.drafts > 0);
         assert_eq!(out.tokens, reference.tokens, "{name} {s:?} prompt {i}");
         let commits = |fs: &[StepFrame]| -> Vec<Vec<(usize, u32)>> {
@@ -156,7 +163,12 @@ fn accepted_drafts_save_steps() {
             let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
             let s = DecodeSettings {
                 cache,
-                speculative: Some(SpeculativeSettings { trigger: 8, max_lookahead: 8, accept_top_k: 8, ..Default::default() }),
+                speculative: Some(SpeculativeSettings {
+                    trigger: 8,
+                    max_lookahead: 8,
+                    accept_top_k: 8,
+                    ..Default::default()
+                }),
                 ..base()
             };
             let (out, stats, _) = run_npu(&mut be, &p, &s);
@@ -167,6 +179,48 @@ fn accepted_drafts_save_steps() {
         }
     }
     assert!(total_accepted > 0, "no draft was ever accepted");
+}
+
+/// Aggressive acceptance commits drafts as drafted (their token and confidence), even where the
+/// block's fresh forward disagrees; with a confidence floor of 0 every draft of a block is taken on
+/// its first step.
+#[test]
+fn confident_drafts_are_committed_as_drafted() {
+    let p = prompt("llada", 0);
+    let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+    let s = DecodeSettings {
+        speculative: Some(SpeculativeSettings {
+            trigger: 8,
+            max_lookahead: 8,
+            accept_confidence: Some(0.0),
+            ..Default::default()
+        }),
+        ..base()
+    };
+    let (out, stats, frames) = run_npu(&mut be, &p, &s);
+    // More than the top-k rule (k = 2) could ever take in the three later blocks.
+    assert!(stats.accepted > 6, "accepted {}", stats.accepted);
+    assert_eq!(out.steps + stats.accepted, 32);
+    assert_eq!(out.canvas.committed_total(), 32);
+    // Each accepted position got the token of its latest draft.
+    let mut drafted = std::collections::HashMap::new();
+    let mut as_drafted = 0;
+    for f in &frames {
+        for c in &f.changes {
+            if c.speculative {
+                drafted.insert(c.pos, c.token);
+            } else if drafted.get(&c.pos) == Some(&c.token) {
+                as_drafted += 1;
+            }
+        }
+    }
+    assert!(as_drafted >= stats.accepted, "{as_drafted} commits equal their draft, {} accepted", stats.accepted);
+    // Out-of-range floors are refused.
+    let bad = DecodeSettings {
+        speculative: Some(SpeculativeSettings { accept_confidence: Some(1.5), ..Default::default() }),
+        ..base()
+    };
+    assert!(bad.validate().is_err());
 }
 
 /// `generate` dispatches on the settings; old settings JSON stays valid; unsupported
@@ -193,17 +247,25 @@ fn settings_select_the_loop_and_stay_compatible() {
     let ar: Box<dyn Backend> = Box::new(CpuBackend::new(model("llama")));
     let mut ar = ar;
     let ap = prompt("llama", 0);
-    assert!(matches!(
-        unmask_engine::decode::dual_path::run(ar.as_mut(), &ap, &s, &CancelFlag::new(), &mut |_| ControlFlow::Continue(())),
-        Err(EngineError::InvalidRequest(_))
-    ), "a causal model has no canvas to speculate on");
+    assert!(
+        matches!(
+            unmask_engine::decode::dual_path::run(ar.as_mut(), &ap, &s, &CancelFlag::new(), &mut |_| {
+                ControlFlow::Continue(())
+            }),
+            Err(EngineError::InvalidRequest(_))
+        ),
+        "a causal model has no canvas to speculate on"
+    );
 }
 
 /// Dream (shifted logits: row p − 1 predicts p) runs in the NPU-aware loop: without a cache and
 /// with acceptance off it is commit-for-commit Dream's reference decoder.
 #[test]
 fn dream_without_acceptance_and_cache_equals_the_reference_loop() {
-    assert_speculation_off_path_equals_reference("dream", &DecodeSettings { alg: unmask_engine::decode::DreamAlg::Entropy, ..base() });
+    assert_speculation_off_path_equals_reference(
+        "dream",
+        &DecodeSettings { alg: unmask_engine::decode::DreamAlg::Entropy, ..base() },
+    );
 }
 
 /// A backend that records the attention context of every forward.

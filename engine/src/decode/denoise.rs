@@ -78,6 +78,7 @@ pub(crate) fn run_loop(
         dense_thread: Some(std::thread::current().id()),
         concurrent: cpu_path.as_ref().is_some_and(CpuPath::concurrent),
         lockstep: cpu_path.as_ref().is_some_and(CpuPath::lockstep),
+        threaded: cpu_path.as_ref().is_some_and(CpuPath::threaded),
         buckets: windows.buckets().to_vec(),
         ..Default::default()
     };
@@ -114,6 +115,8 @@ pub(crate) fn run_loop(
             let draft_pos = spec.as_ref().map(|sp| sp.positions(&canvas, block, &w)).unwrap_or_default();
             let all_rows: Vec<usize> = masked.iter().chain(&draft_pos).copied().collect();
             let rows = logit_rows(&all_rows, w.start, cfg.shift_logits)?;
+            stats.lm_head_rows += rows.len();
+            stats.lm_head_window_rows += w.end - w.start;
             let job = cpu_path.as_mut().and_then(|c| c.job(&canvas, block, windows.kv(), &w, &mut stats));
             let req = ForwardRequest {
                 tokens: &canvas.tokens()[w.start..w.end],
@@ -123,7 +126,7 @@ pub(crate) fn run_loop(
             };
             // The dense forward, with the CPU path's job beside it when there is one.
             let (dense, outcome) = match cpu_path.as_mut() {
-                Some(c) => c.forward_beside(job, backend, &mut |b| b.forward(&req, windows.kv_mut())),
+                Some(c) => c.forward_beside(job, step, backend, &mut |b| b.forward(&req, windows.kv_mut())),
                 None => (backend.forward(&req, windows.kv_mut()), Ok(None)),
             };
             let (out, fstats) = dense?;
@@ -148,7 +151,7 @@ pub(crate) fn run_loop(
             // banned from the rows so that every block terminates.
             let overtime = step_in_block >= planned_steps;
             let mut logits = logits.into_iter();
-            let candidates: Vec<Candidate> = masked
+            let mut candidates: Vec<Candidate> = masked
                 .iter()
                 .zip(&mut logits)
                 .map(|(&pos, mut row)| {
@@ -170,7 +173,7 @@ pub(crate) fn run_loop(
             let mut chosen: Vec<usize> =
                 policy.select(&candidates, &mut rng).into_iter().filter(|&i| i < candidates.len()).collect();
             if let Some(sp) = spec.as_mut() {
-                chosen.extend(sp.accept(&candidates, &chosen, &mut stats));
+                chosen.extend(sp.accept(&mut candidates, &chosen, &mut stats));
             }
             chosen.sort_by_key(|&i| candidates[i].pos);
             chosen.dedup();
@@ -180,17 +183,30 @@ pub(crate) fn run_loop(
             }
             // Step boundary: the CPU path's verdicts whose job has ended, its K/V merge.
             if let Some(c) = cpu_path.as_mut() {
-                changes.extend(c.step_boundary(&mut canvas, windows.kv_mut(), prompt.len(), block, step, &mut stats)?);
+                changes.extend(c.step_boundary(
+                    &mut canvas,
+                    windows.kv_mut(),
+                    prompt.len(),
+                    block,
+                    step,
+                    &mut stats,
+                )?);
             }
             masked = canvas.masked_in(block.0, block.1);
             if masked.is_empty() {
                 if let Some(c) = cpu_path.as_mut() {
                     let ends_run = b + 1 == settings.num_blocks() || ends_in_stop(&canvas, block);
-                    changes.extend(c.leave_block(&mut canvas, prompt.len(), block, step, ends_run, &mut stats));
+                    changes.extend(c.leave_block(&mut canvas, prompt.len(), block, step, ends_run, &mut stats)?);
                 }
             }
             if npu_aware {
-                stats.windows.push(WindowRecord { step, start: w.start, end: w.end, padded: w.padded, lookahead: w.lookahead });
+                stats.windows.push(WindowRecord {
+                    step,
+                    start: w.start,
+                    end: w.end,
+                    padded: w.padded,
+                    lookahead: w.lookahead,
+                });
             }
             let frame = StepFrame {
                 step,

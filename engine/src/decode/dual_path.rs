@@ -63,9 +63,12 @@ use super::denoise::FrameSink;
 use super::frame::{CancelFlag, TokenChange};
 use super::output::DecodeOutput;
 use super::policy::{Candidate, Scorer};
-use super::revision::{CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, RevisionSettings, RevisionWorker};
+use super::revision::{
+    CpuPathEnd, CpuPathSchedule, Lifecycle, RevisionJob, RevisionOutcome, RevisionSettings, RevisionWorker,
+};
+use super::revision_thread::RevisionThread;
 use super::settings::DecodeSettings;
-use super::speculative::{accept_drafts, Draft, DraftBook, SpeculativeSettings};
+use super::speculative::{accept_confident_drafts, accept_drafts, Draft, DraftBook, SpeculativeSettings};
 use super::window::StepWindow;
 use crate::backend::{Backend, CpuPathExecutor, ForwardStats};
 use crate::error::{EngineError, Result};
@@ -163,8 +166,20 @@ pub struct DualPathStats {
     pub busy_steps: usize,
     /// Jobs still in flight when the run ended (their verdicts never landed).
     pub dropped_jobs: usize,
+    /// Jobs the run waited for at its end and applied (`at_end: drain`).
+    pub drained_jobs: usize,
+    /// Whether the CPU path ran on its own thread for the whole run (wall-clock concurrency).
+    pub threaded: bool,
     /// Whether the two paths ran in lockstep (each step waited for its CPU-path job).
     pub lockstep: bool,
+    /// LM-head rows the dense forwards computed (masked positions of the current block, plus
+    /// drafts' future positions): Visible and Stable tokens get none.
+    pub lm_head_rows: usize,
+    /// LM-head rows a forward computing logits for every position of its window would have (the
+    /// difference to `lm_head_rows` is what selective logit skipping saved).
+    pub lm_head_window_rows: usize,
+    /// LM-head rows of the CPU path (the Visible positions its landed jobs checked).
+    pub lm_head_rows_cpu_path: usize,
     /// Every dense window.
     pub windows: Vec<WindowRecord>,
     /// Token buckets in use (empty = dynamic).
@@ -201,7 +216,12 @@ pub(crate) struct Speculation {
 
 impl Speculation {
     pub(crate) fn new(settings: SpeculativeSettings, seed: u64, len: usize) -> Self {
-        Speculation { settings, book: DraftBook::new(len), rng: ChaCha8Rng::seed_from_u64(seed ^ DRAFT_SEED_XOR), block_drafts: Vec::new() }
+        Speculation {
+            settings,
+            book: DraftBook::new(len),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ DRAFT_SEED_XOR),
+            block_drafts: Vec::new(),
+        }
     }
     pub(crate) fn begin_block(&mut self, block: (usize, usize)) {
         self.block_drafts = self.book.take_range(block.0, block.1);
@@ -211,18 +231,41 @@ impl Speculation {
         canvas.masked_in(block.1, w.draft_end)
     }
     /// Scores a draft row and records the prediction.
-    pub(crate) fn record(&mut self, pos: usize, row: &mut [f64], scorer: &mut dyn Scorer, step: usize, stats: &mut DualPathStats) -> TokenChange {
+    pub(crate) fn record(
+        &mut self,
+        pos: usize,
+        row: &mut [f64],
+        scorer: &mut dyn Scorer,
+        step: usize,
+        stats: &mut DualPathStats,
+    ) -> TokenChange {
         let (token, confidence) = scorer.score(row, &mut self.rng);
         stats.drafts += 1;
         self.book.record(pos, token, confidence, step)
     }
     /// Candidates (indices) whose drafts the acceptance rule takes this step, beside `chosen`.
-    pub(crate) fn accept(&mut self, candidates: &[Candidate], chosen: &[usize], stats: &mut DualPathStats) -> Vec<usize> {
+    /// Aggressive acceptance rewrites those candidates to the drafted token and confidence.
+    pub(crate) fn accept(
+        &mut self,
+        candidates: &mut [Candidate],
+        chosen: &[usize],
+        stats: &mut DualPathStats,
+    ) -> Vec<usize> {
         let drafts = std::mem::take(&mut self.block_drafts);
         if !self.settings.accept_drafts || drafts.is_empty() {
             return Vec::new();
         }
-        let accepted = accept_drafts(candidates, chosen, &drafts, self.settings.accept_top_k);
+        let accepted: Vec<usize> = match self.settings.accept_confidence {
+            Some(min) => accept_confident_drafts(candidates, chosen, &drafts, min)
+                .into_iter()
+                .map(|(i, d)| {
+                    candidates[i].token = d.token;
+                    candidates[i].confidence = d.confidence;
+                    i
+                })
+                .collect(),
+            None => accept_drafts(candidates, chosen, &drafts, self.settings.accept_top_k),
+        };
         stats.accepted += accepted.len();
         accepted
     }
@@ -232,9 +275,13 @@ impl Speculation {
 /// re-checks Visible ones beside the dense forward (see the module docs for the schedules).
 pub(crate) struct CpuPath {
     life: Lifecycle,
-    /// A second executor on the same weights (`None`: the CPU path runs inline after the dense forward).
+    /// A second executor on the same weights (`None`: the CPU path runs inline after the dense
+    /// forward, or on `thread`).
     executor: Option<Box<dyn CpuPathExecutor>>,
+    /// The threaded schedule's worker, which owns the executor for the run.
+    thread: Option<RevisionThread>,
     lockstep: bool,
+    at_end: CpuPathEnd,
     in_flight: Option<InFlight>,
     /// Simulated time of the dense path (the device clock the async schedule runs on).
     clock: f64,
@@ -245,14 +292,28 @@ pub(crate) struct CpuPath {
 
 impl CpuPath {
     pub(crate) fn new(settings: RevisionSettings, backend: &dyn Backend, len: usize) -> Self {
-        let executor = backend.cpu_path_host().and_then(|h| h.cpu_path_executor());
+        let mut executor = backend.cpu_path_host().and_then(|h| h.cpu_path_executor());
         // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
         let lockstep = executor.is_none() || settings.schedule == CpuPathSchedule::Lockstep;
+        let mut thread = None;
+        if settings.schedule == CpuPathSchedule::Threaded {
+            if let Some(e) = executor.take() {
+                match RevisionThread::spawn(e) {
+                    Ok(t) => thread = Some(t),
+                    // Without a thread the CPU path runs inline, in lockstep.
+                    Err(err) => tracing::warn!("{err}; revision runs inline"),
+                }
+            }
+        }
+        let lockstep = lockstep || (settings.schedule == CpuPathSchedule::Threaded && thread.is_none());
+        let at_end = settings.at_end;
         let cfg = backend.config();
         CpuPath {
             life: Lifecycle::new(len, settings),
             executor,
+            thread,
             lockstep,
+            at_end,
             in_flight: None,
             clock: 0.0,
             mask: cfg.mask_token_id.unwrap_or(0),
@@ -261,7 +322,10 @@ impl CpuPath {
         }
     }
     pub(crate) fn concurrent(&self) -> bool {
-        self.executor.is_some()
+        self.executor.is_some() || self.thread.is_some()
+    }
+    pub(crate) fn threaded(&self) -> bool {
+        self.thread.is_some()
     }
     pub(crate) fn lockstep(&self) -> bool {
         self.lockstep
@@ -271,12 +335,19 @@ impl CpuPath {
     }
 
     /// The job of this step: only when the CPU path is idle (async) or every step (lockstep).
-    pub(crate) fn job(&mut self, canvas: &Canvas, block: (usize, usize), kv: Option<&KvCache>, w: &StepWindow, stats: &mut DualPathStats) -> Option<RevisionJob> {
+    pub(crate) fn job(
+        &mut self,
+        canvas: &Canvas,
+        block: (usize, usize),
+        kv: Option<&KvCache>,
+        w: &StepWindow,
+        stats: &mut DualPathStats,
+    ) -> Option<RevisionJob> {
         let checks = self.life.pick_checks(canvas, block.0, block.1);
         if checks.is_empty() {
             return None;
         }
-        if self.in_flight.is_some() {
+        if self.in_flight.is_some() || self.thread.as_ref().is_some_and(RevisionThread::busy) {
             stats.busy_steps += 1;
             return None;
         }
@@ -296,13 +367,20 @@ impl CpuPath {
 
     /// Runs `dense` on `backend` with `job` on the CPU path beside it (a scoped thread joined
     /// before the step boundary; its verdicts may be held past it), or inline after it.
+    /// With the threaded schedule the job goes to the worker thread and the dense forward runs
+    /// at once; its outcome arrives at a later step boundary ([`Self::step_boundary`]).
     #[allow(clippy::type_complexity)]
     pub(crate) fn forward_beside(
         &mut self,
         job: Option<RevisionJob>,
+        step: usize,
         backend: &mut dyn Backend,
         dense: &mut dyn FnMut(&mut dyn Backend) -> Result<(ForwardOutput, ForwardStats)>,
     ) -> (Result<(ForwardOutput, ForwardStats)>, Result<Option<RevisionOutcome>>) {
+        if let Some(t) = self.thread.as_mut() {
+            let launched = job.map_or(Ok(()), |j| t.launch(j, step));
+            return (dense(backend), launched.map(|()| None));
+        }
         let (dense_result, threaded, inline_job) = std::thread::scope(|s| {
             let (handle, inline_job) = match (job, self.executor.as_mut()) {
                 (Some(j), Some(rb)) => {
@@ -349,11 +427,7 @@ impl CpuPath {
             (d, c) => d.or(c),
         };
         if let Some(o) = outcome {
-            stats.cpu_forwards += o.forwards;
-            if !stats.cpu_threads.contains(&o.thread) {
-                stats.cpu_threads.push(o.thread);
-            }
-            stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
+            book(&o, step, stats);
             let done_at = if self.lockstep { self.clock } else { self.clock + o.simulated_s.unwrap_or(0.0) };
             self.in_flight = Some(InFlight { outcome: o, done_at, step });
         }
@@ -379,6 +453,12 @@ impl CpuPath {
         step: usize,
         stats: &mut DualPathStats,
     ) -> Result<Vec<TokenChange>> {
+        // The worker's outcome, if it has arrived since the last boundary, lands now.
+        if let Some((launched, r)) = self.thread.as_mut().and_then(RevisionThread::poll) {
+            let o = r?;
+            book(&o, launched, stats);
+            self.in_flight = Some(InFlight { outcome: o, done_at: self.clock, step: launched });
+        }
         let clock = self.clock;
         let Some(f) = self.in_flight.take_if(|f| f.done_at <= clock + 1e-12) else { return Ok(Vec::new()) };
         let o = &f.outcome;
@@ -400,7 +480,8 @@ impl CpuPath {
     }
 
     /// Leaving a completed block: positions an in-flight job checks wait for its verdicts,
-    /// unless the run ends here (the job is then dropped).
+    /// unless the run ends here (the job is then drained or dropped, as `at_end` says).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn leave_block(
         &mut self,
         canvas: &mut Canvas,
@@ -409,20 +490,59 @@ impl CpuPath {
         step: usize,
         ends_run: bool,
         stats: &mut DualPathStats,
-    ) -> Vec<TokenChange> {
-        if ends_run && self.in_flight.take().is_some() {
-            stats.dropped_jobs += 1;
+    ) -> Result<Vec<TokenChange>> {
+        let mut changes = Vec::new();
+        if ends_run {
+            changes = self.end_jobs(canvas, step, stats)?;
         }
-        let waiting = self.in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
+        let mut waiting = self.in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
+        if let Some(t) = self.thread.as_ref() {
+            waiting.extend_from_slice(t.checking());
+        }
         let promoted = self.life.promote_block(canvas, prompt_len, block.1, step, &waiting);
         stats.promotions += promoted.len();
-        promoted
+        changes.extend(promoted);
+        Ok(changes)
     }
 
-    /// A job still in flight when the run ends never lands.
-    pub(crate) fn finish(&mut self, stats: &mut DualPathStats) {
-        if self.in_flight.take().is_some() {
-            stats.dropped_jobs += 1;
+    /// The run ends: a job still running is waited for and applied (drain) or dropped.
+    fn end_jobs(&mut self, canvas: &mut Canvas, step: usize, stats: &mut DualPathStats) -> Result<Vec<TokenChange>> {
+        if self.at_end == CpuPathEnd::Drain {
+            if let Some((launched, r)) = self.thread.as_mut().and_then(RevisionThread::wait) {
+                let o = r?;
+                book(&o, launched, stats);
+                self.in_flight = Some(InFlight { outcome: o, done_at: self.clock, step: launched });
+            }
+            if let Some(f) = self.in_flight.take() {
+                stats.drained_jobs += 1;
+                stats.deferred += usize::from(f.step != step);
+                let changes = self.life.apply(canvas, &f.outcome, step);
+                stats.revisions += changes.iter().filter(|c| c.revised).count();
+                stats.promotions += changes.iter().filter(|c| c.state == TokenState::Stable).count();
+                return Ok(changes);
+            }
+            return Ok(Vec::new());
         }
+        stats.dropped_jobs += usize::from(self.in_flight.take().is_some());
+        stats.dropped_jobs += usize::from(self.thread.as_mut().is_some_and(RevisionThread::abandon));
+        Ok(Vec::new())
     }
+
+    /// A job still in flight when the run ends (stopped early) never lands; the worker thread,
+    /// if any, is joined.
+    pub(crate) fn finish(&mut self, stats: &mut DualPathStats) {
+        stats.dropped_jobs += usize::from(self.in_flight.take().is_some());
+        stats.dropped_jobs += usize::from(self.thread.as_mut().is_some_and(RevisionThread::abandon));
+        self.thread = None;
+    }
+}
+
+/// Counts a CPU-path outcome (launched at `step`) in the run's stats.
+fn book(o: &RevisionOutcome, step: usize, stats: &mut DualPathStats) {
+    stats.cpu_forwards += o.forwards;
+    if !stats.cpu_threads.contains(&o.thread) {
+        stats.cpu_threads.push(o.thread);
+    }
+    stats.lm_head_rows_cpu_path += o.checks.len();
+    stats.checks.push((step, o.checks.iter().map(|c| c.pos).collect()));
 }

@@ -40,6 +40,7 @@ pub(crate) mod llada;
 pub(crate) mod output;
 pub(crate) mod policy;
 pub mod revision;
+pub(crate) mod revision_thread;
 pub(crate) mod sampling;
 pub(crate) mod settings;
 pub mod spec_ar;

@@ -41,6 +41,23 @@ pub enum CpuPathSchedule {
     Async,
     /// Every step waits for its CPU-path job: a step lasts as long as the longer path.
     Lockstep,
+    /// Wall-clock concurrency: the CPU path runs on its own OS thread (one kernel thread) for the
+    /// whole run, fed through a one-job queue; the dense loop never waits for it and applies its
+    /// verdicts at the first step boundary after they arrive. Not deterministic (which boundary
+    /// a verdict lands at depends on real time); the simulated clock is the async one.
+    Threaded,
+}
+
+/// What happens to a CPU-path job still running when the run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum CpuPathEnd {
+    /// Its verdicts never land (the run does not wait for it).
+    #[default]
+    Drop,
+    /// The run waits for it and applies its verdicts (validated as at any step boundary).
+    Drain,
 }
 
 /// Knobs of progressive revision (defaults: see the `ablation` bench and the report).
@@ -59,11 +76,21 @@ pub struct RevisionSettings {
     pub max_checks: usize,
     /// How the CPU path is scheduled against the dense path.
     pub schedule: CpuPathSchedule,
+    /// A job still running at the end of the run: dropped or drained.
+    pub at_end: CpuPathEnd,
 }
 
 impl Default for RevisionSettings {
     fn default() -> Self {
-        RevisionSettings { visible_threshold: 0.7, stable_threshold: 0.9, revise_margin: 0.2, stable_checks: 2, max_checks: 4, schedule: CpuPathSchedule::Async }
+        RevisionSettings {
+            visible_threshold: 0.7,
+            stable_threshold: 0.9,
+            revise_margin: 0.2,
+            stable_checks: 2,
+            max_checks: 4,
+            schedule: CpuPathSchedule::Async,
+            at_end: CpuPathEnd::Drop,
+        }
     }
 }
 
@@ -75,7 +102,9 @@ impl RevisionSettings {
             return Err(EngineError::InvalidRequest("revision thresholds and margin must lie in [0, 1]".into()));
         }
         if self.visible_threshold > self.stable_threshold {
-            return Err(EngineError::InvalidRequest("revision visible_threshold must not exceed stable_threshold".into()));
+            return Err(EngineError::InvalidRequest(
+                "revision visible_threshold must not exceed stable_threshold".into(),
+            ));
         }
         if self.stable_checks == 0 {
             return Err(EngineError::InvalidRequest("revision stable_checks must be at least 1".into()));
@@ -220,7 +249,13 @@ impl RevisionWorker {
                 let p = softmax(&row);
                 let current = job.tokens[pos];
                 let best = super::sampling::argmax(&p);
-                Check { pos, current, p_current: p.get(current as usize).copied().unwrap_or(0.0), best: best as u32, p_best: p[best] }
+                Check {
+                    pos,
+                    current,
+                    p_current: p.get(current as usize).copied().unwrap_or(0.0),
+                    best: best as u32,
+                    p_best: p[best],
+                }
             })
             .collect();
         let verdicts: Vec<Verdict> = checks.iter().map(|c| judge(c, &job.settings)).collect();
@@ -242,7 +277,8 @@ impl RevisionWorker {
                 for &(p, t) in &revised {
                     fixed[p - lo] = t;
                 }
-                let req = ForwardRequest { tokens: &fixed, positions: &positions, logits_rows: &[], kv: KvMode::ReadWrite };
+                let req =
+                    ForwardRequest { tokens: &fixed, positions: &positions, logits_rows: &[], kv: KvMode::ReadWrite };
                 let (_, st) = backend.forward(&req, Some(cache))?;
                 forwards += 1;
                 if let Some(s) = st.simulated_s {
@@ -287,7 +323,8 @@ impl Lifecycle {
     /// Visible positions of `[start, end)` to re-check this step: lowest confidence first, at
     /// most `max_checks`, returned in increasing position order.
     pub fn pick_checks(&self, canvas: &Canvas, start: usize, end: usize) -> Vec<usize> {
-        let mut vis: Vec<usize> = (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
+        let mut vis: Vec<usize> =
+            (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
         vis.sort_by(|&a, &b| canvas.confidence(a).total_cmp(&canvas.confidence(b)).then(a.cmp(&b)));
         vis.truncate(self.settings.max_checks);
         vis.sort_unstable();
@@ -323,7 +360,14 @@ impl Lifecycle {
     /// Promotes every Visible token of `[start, end)` (the block being left) to Stable, except
     /// `waiting` (positions a CPU-path job still in flight is checking: they stay Visible until
     /// its verdicts land).
-    pub fn promote_block(&mut self, canvas: &mut Canvas, start: usize, end: usize, step: usize, waiting: &[usize]) -> Vec<TokenChange> {
+    pub fn promote_block(
+        &mut self,
+        canvas: &mut Canvas,
+        start: usize,
+        end: usize,
+        step: usize,
+        waiting: &[usize],
+    ) -> Vec<TokenChange> {
         let visible: Vec<usize> = (start..end.min(canvas.len()))
             .filter(|&p| canvas.state(p) == TokenState::Visible && !waiting.contains(&p))
             .collect();

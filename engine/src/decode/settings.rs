@@ -283,6 +283,9 @@ impl DecodeSettings {
                     sp.max_lookahead, self.gen_length
                 ));
             }
+            if let Some(c) = sp.accept_confidence.filter(|c| !(c.is_finite() && (0.0..=1.0).contains(c))) {
+                return bad(format!("speculative accept_confidence {c} must lie in [0, 1]"));
+            }
             if let Some(&b) = sp.token_buckets.iter().find(|&&b| b == 0 || b > MAX_BUCKET) {
                 return bad(format!("speculative token bucket {b} must lie in 1..={MAX_BUCKET}"));
             }

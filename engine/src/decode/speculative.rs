@@ -33,13 +33,25 @@ pub struct SpeculativeSettings {
     pub accept_drafts: bool,
     /// Size of the top-credit confidence set a draft must fall in to be accepted.
     pub accept_top_k: usize,
+    /// Aggressive acceptance: when set, a draft whose own confidence (when it was drafted) is at
+    /// least this is committed as drafted on its block's first step, whether or not the block's
+    /// fresh forward agrees (fewer steps; drafts made early may be wrong, which is what revision
+    /// is for). `None`: the top-k rule above, which only takes drafts the fresh forward confirms.
+    pub accept_confidence: Option<f64>,
     /// Token buckets to pad windows to when the backend has no cost profile (empty = exact).
     pub token_buckets: Vec<usize>,
 }
 
 impl Default for SpeculativeSettings {
     fn default() -> Self {
-        SpeculativeSettings { trigger: 4, max_lookahead: 32, accept_drafts: true, accept_top_k: 2, token_buckets: Vec::new() }
+        SpeculativeSettings {
+            trigger: 4,
+            max_lookahead: 32,
+            accept_drafts: true,
+            accept_top_k: 2,
+            accept_confidence: None,
+            token_buckets: Vec::new(),
+        }
     }
 }
 
@@ -73,7 +85,14 @@ impl DraftBook {
             *slot = Some(Draft { token, confidence, step });
             self.recorded += 1;
         }
-        TokenChange { pos, token, confidence: confidence as f32, state: TokenState::Masked, speculative: true, revised: false }
+        TokenChange {
+            pos,
+            token,
+            confidence: confidence as f32,
+            state: TokenState::Masked,
+            speculative: true,
+            revised: false,
+        }
     }
 
     /// The draft at `pos`, if any.
@@ -95,7 +114,12 @@ impl DraftBook {
 
 /// The acceptance rule: indices into `candidates` (fresh predictions of the now-current block)
 /// of drafts accepted on top of the base policy's `chosen`.
-pub fn accept_drafts(candidates: &[Candidate], chosen: &[usize], drafts: &[(usize, Draft)], top_k: usize) -> Vec<usize> {
+pub fn accept_drafts(
+    candidates: &[Candidate],
+    chosen: &[usize],
+    drafts: &[(usize, Draft)],
+    top_k: usize,
+) -> Vec<usize> {
     let scores: Vec<f64> = candidates.iter().map(|c| c.confidence).collect();
     let mut accepted: Vec<usize> = order_by_score(&scores)
         .into_iter()
@@ -110,12 +134,41 @@ pub fn accept_drafts(candidates: &[Candidate], chosen: &[usize], drafts: &[(usiz
     accepted
 }
 
+/// Aggressive acceptance: candidates (indices, beside `chosen`) whose position has a draft of
+/// confidence ≥ `min_confidence`, each with that draft (to be committed as drafted).
+pub fn accept_confident_drafts(
+    candidates: &[Candidate],
+    chosen: &[usize],
+    drafts: &[(usize, Draft)],
+    min_confidence: f64,
+) -> Vec<(usize, Draft)> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !chosen.contains(i))
+        .filter_map(|(i, c)| {
+            drafts.iter().find(|(p, d)| *p == c.pos && d.confidence >= min_confidence).map(|&(_, d)| (i, d))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn cand(pos: usize, token: u32, confidence: f64) -> Candidate {
         Candidate { pos, token, confidence }
+    }
+
+    #[test]
+    fn confident_drafts_are_accepted_as_drafted() {
+        let c = vec![cand(10, 1, 0.9), cand(11, 2, 0.2), cand(12, 3, 0.7), cand(13, 4, 0.1)];
+        let d = |t, conf| Draft { token: t, confidence: conf, step: 0 };
+        // 10 is the policy's; 11's draft disagrees with the fresh forward but is confident -> taken
+        // as drafted; 12's draft is not confident enough; 13 has none.
+        let drafts = vec![(10, d(1, 0.99)), (11, d(7, 0.8)), (12, d(3, 0.3))];
+        assert_eq!(accept_confident_drafts(&c, &[0], &drafts, 0.5), vec![(1, d(7, 0.8))]);
+        assert!(accept_confident_drafts(&c, &[0], &drafts, 0.95).is_empty());
     }
 
     #[test]

@@ -14,8 +14,10 @@ use unmask_engine::backend::{Backend, CostProfile, CpuPathExecutor, CpuPathHost,
 use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::{CancelFlag, Canvas, DecodeOutput, DecodeSettings, StepFrame};
 use unmask_engine::model::safetensors::SafetensorsSource;
+use unmask_engine::model::{
+    load_transformer, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer,
+};
 use unmask_engine::tensor::TensorSource;
-use unmask_engine::model::{load_transformer, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer};
 use unmask_engine::Result;
 
 pub fn golden(name: &str) -> PathBuf {
@@ -54,6 +56,8 @@ pub struct FakeNpu {
     pub profile: Option<CostProfile>,
     pub log: Arc<Mutex<Vec<Fwd>>>,
     pub delay: Duration,
+    /// Delay of the CPU-path twin's forwards (`None`: `delay`).
+    pub cpu_delay: Option<Duration>,
     pub twin: bool,
 }
 
@@ -65,6 +69,7 @@ impl FakeNpu {
             profile: buckets.map(|b| CostProfile { token_buckets: b, launch_overhead_s: 1e-3 }),
             log: Arc::default(),
             delay: Duration::ZERO,
+            cpu_delay: None,
             twin: true,
         }
     }
@@ -115,7 +120,8 @@ impl CpuPathHost for FakeNpu {
                 model: Arc::clone(&self.model),
                 profile: None,
                 log: Arc::clone(&self.log),
-                delay: self.delay,
+                delay: self.cpu_delay.unwrap_or(self.delay),
+                cpu_delay: None,
                 twin: false,
             }) as Box<dyn CpuPathExecutor>
         })

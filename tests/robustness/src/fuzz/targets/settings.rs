@@ -1,11 +1,11 @@
 //! `DecodeSettings` with extreme values (0, usize::MAX, NaN, ±inf, negatives) validated against
 //! real model configs and fuzz-chosen prompts. The input is a byte string read as choices.
 
-use unmask_engine::moe::MoePolicy;
-use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
+use unmask_engine::decode::revision::{CpuPathEnd, CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
 use unmask_engine::model::ModelConfig;
+use unmask_engine::moe::MoePolicy;
 use unmask_engine::EngineError;
 
 use super::Target;
@@ -109,6 +109,7 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             max_lookahead: size(src),
             accept_drafts: src.one_in(2),
             accept_top_k: size(src),
+            accept_confidence: src.one_in(2).then(|| float(src)),
             token_buckets: (0..src.u8() % 4).map(|_| size(src)).collect(),
         }),
         revision: src.one_in(3).then(|| RevisionSettings {
@@ -117,7 +118,8 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             revise_margin: float(src),
             stable_checks: size(src),
             max_checks: size(src),
-            schedule: src.pick(&[CpuPathSchedule::Async, CpuPathSchedule::Lockstep]),
+            schedule: src.pick(&[CpuPathSchedule::Async, CpuPathSchedule::Lockstep, CpuPathSchedule::Threaded]),
+            at_end: src.pick(&[CpuPathEnd::Drop, CpuPathEnd::Drain]),
         }),
         moe: src.one_in(3).then(|| unmask_engine::moe::MoeSettings {
             policy: src.pick(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]),
