@@ -144,6 +144,11 @@ pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user
         s.eot_token_id = user.eot_token_id;
     }
     s.speculative = user.speculative.clone();
+    if let Some(sp) = s.speculative.as_mut() {
+        // The default lookahead (32) is longer than a short answer (the embedded models' 16): no
+        // window can reach past the canvas, so look ahead at most over the answer.
+        sp.max_lookahead = sp.max_lookahead.min(s.gen_length);
+    }
     s.revision = user.revision.clone();
     s.moe = user.moe;
     if !cfg.arch.is_diffusion() {
@@ -208,6 +213,15 @@ mod tests {
         c.arch = arch;
         c.shift_logits = arch == Architecture::Dream;
         c
+    }
+
+    #[test]
+    fn speculation_never_looks_past_the_answer() {
+        let d = GenerationDefaults { gen_length: Some(16), block_length: Some(16), steps: Some(16), ..Default::default() };
+        let u = SettingsOverrides { speculative: Some(SpeculativeSettings::default()), ..Default::default() };
+        let s = effective_settings(&cfg(Architecture::Llada), &d, &u);
+        assert_eq!(s.speculative.as_ref().map(|sp| sp.max_lookahead), Some(16));
+        assert!(s.validate().is_ok());
     }
 
     #[test]
