@@ -144,9 +144,10 @@ pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user
         s.eot_token_id = user.eot_token_id;
     }
     s.speculative = user.speculative.clone();
-    if let Some(sp) = s.speculative.as_mut() {
+    if let Some(sp) = s.speculative.as_mut().filter(|sp| sp.max_lookahead <= cfg.max_seq) {
         // The default lookahead (32) is longer than a short answer (the embedded models' 16): no
-        // window can reach past the canvas, so look ahead at most over the answer.
+        // window can reach past the canvas, so look ahead at most over the answer. A lookahead
+        // beyond the model's context is a mistake, left for validation to refuse.
         sp.max_lookahead = sp.max_lookahead.min(s.gen_length);
     }
     s.revision = user.revision.clone();
@@ -222,6 +223,9 @@ mod tests {
         let s = effective_settings(&cfg(Architecture::Llada), &d, &u);
         assert_eq!(s.speculative.as_ref().map(|sp| sp.max_lookahead), Some(16));
         assert!(s.validate().is_ok());
+        let absurd = SpeculativeSettings { max_lookahead: 1_000_000_000_000, ..Default::default() };
+        let u = SettingsOverrides { speculative: Some(absurd), ..Default::default() };
+        assert!(effective_settings(&cfg(Architecture::Llada), &d, &u).validate().is_err());
     }
 
     #[test]
