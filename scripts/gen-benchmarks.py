@@ -620,14 +620,24 @@ def render_store(d):
 def render_serve(d):
     out = []
     rows = []
-    for lv in d.get("levels") or []:
-        t, lat = lv.get("ttft_ms") or {}, lv.get("latency_ms") or {}
-        rows.append([g(lv.get("clients")), g(lv.get("completed")), fx(lv.get("requests_per_s"), 2),
-                     fx(t.get("p50"), 0), fx(t.get("p99"), 0), fx(lat.get("p50"), 0), fx(lat.get("p99"), 0),
-                     g(lv.get("rejected_429")), g(lv.get("errors"))])
+    single = (d.get("one_at_a_time") or {}).get("levels") or []
+    configs = [("batched (default)", d.get("levels") or [])]
+    if single:
+        configs.append(("one at a time (`--batch 1`)", single))
+    for name, levels in configs:
+        for lv in levels:
+            t, lat = lv.get("ttft_ms") or {}, lv.get("latency_ms") or {}
+            rows.append([name, g(lv.get("clients")), g(lv.get("completed")), fx(lv.get("requests_per_s"), 2),
+                         fx(t.get("p50"), 0), fx(t.get("p99"), 0), fx(lat.get("p50"), 0), fx(lat.get("p99"), 0),
+                         g(lv.get("rejected_429")), g(lv.get("errors"))])
     if rows:
-        out.append(table(["clients", "completed", "req/s", "TTFT p50 ms", "TTFT p99 ms", "latency p50 ms",
-                          "latency p99 ms", "429", "errors"], rows))
+        out.append(table(["server", "clients", "completed", "req/s", "TTFT p50 ms", "TTFT p99 ms",
+                          "latency p50 ms", "latency p99 ms", "429", "errors"], rows))
+    b = d.get("batch") or {}
+    if b.get("packed_forwards"):
+        out.append(f"Batched server: {g(b.get('sequence_forwards'))} sequence forwards in {g(b.get('packed_forwards'))} "
+                   f"packed forwards (mean {fx(b.get('mean_sequences_per_forward'), 2)} over all levels, the "
+                   f"1-client level included; largest {g(b.get('largest'))}).\n")
     f = d.get("fault") or {}
     sc = f.get("store_check") or {}
     if f:

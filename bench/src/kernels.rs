@@ -204,6 +204,7 @@ pub fn run(quick: bool) -> Result<Value> {
         "f32_gemm_gflops": best_f32,
         "f32_gemm_crate_gflops": best_f32_lib,
         "f32_own_avx512_gflops": if own_simd { json!(best_f32_own) } else { Value::Null },
+        "f32_own_kernel": f32gemm::kernel_name(),
     });
     Ok(json!({
         "headline": headline,

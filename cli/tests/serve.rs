@@ -402,12 +402,15 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
 #[test]
 fn a_full_queue_answers_429_with_retry_after() {
     let env = Env::new();
-    let s = Server::start(&env, &["--queue", "1"]);
+    let s = Server::start(&env, &["--queue", "1", "--batch", "2"]);
     let chat = format!("{}/v1/chat/completions", s.url);
     let long = question(json!({ "stream": true, "max_tokens": 128, "unmask": long_unmask(128) }));
-    let running = LiveCurl::post(&chat, &long);
-    running.until(|l| l.starts_with("data: "));
-    // Decoding has started; the next request waits in the queue (headers go out at once).
+    // Two requests fill the two decoding slots.
+    let running = [LiveCurl::post(&chat, &long), LiveCurl::post(&chat, &long)];
+    for r in &running {
+        r.until(|l| l.starts_with("data: "));
+    }
+    // Decoding has started in both; the next request waits in the queue (headers go out at once).
     let queued = LiveCurl::post(&chat, &long);
     queued.until(|l| l.starts_with("HTTP/1.1 200"));
     wait_for_waiting(&s, 1);
@@ -475,7 +478,8 @@ fn a_client_that_disconnects_cancels_its_run_within_a_step() {
 #[test]
 fn sigterm_finishes_running_requests_refuses_queued_ones_and_leaves_the_store_consistent() {
     let env = Env::new();
-    let mut s = Server::start(&env, &[]);
+    // One decoding slot, so that the second request waits in the queue.
+    let mut s = Server::start(&env, &["--batch", "1"]);
     let chat = format!("{}/v1/chat/completions", s.url);
     let running =
         LiveCurl::post(&chat, &question(json!({ "stream": true, "max_tokens": 96, "unmask": long_unmask(96) })));
@@ -516,6 +520,55 @@ fn after_the_grace_period_running_requests_are_cancelled_and_recorded() {
     assert_eq!(rest.iter().rev().find(|l| l.starts_with("data: ")).map(String::as_str), Some("data: [DONE]"));
     let run = run_record(&env, id);
     assert_eq!(run["status"], "cancelled", "{run}");
+}
+
+#[test]
+fn concurrent_requests_are_decoded_together_and_answer_what_they_answer_alone() {
+    let env = Env::new();
+    let s = Server::start(&env, &["--batch", "4", "--no-record"]);
+    let chat = format!("{}/v1/chat/completions", s.url);
+    let asks: Vec<Value> = ["What is 12+30?", "Sort: pear fig apple", "What is 7+8?", "Reverse: stone"]
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            // Different lengths: runs leave the batch at different steps.
+            let n = [16, 8, 16, 32][i];
+            json!({ "model": "tiny-llada", "max_tokens": n, "messages": [{ "role": "user", "content": q }],
+                    "unmask": { "steps": n, "block_length": n } })
+        })
+        .collect();
+    let content = |h: &Http| -> String {
+        assert_eq!(h.status, 200, "{}", h.body);
+        h.json()["choices"][0]["message"]["content"].as_str().expect("content").to_owned()
+    };
+    // One at a time: each decodes alone.
+    let alone: Vec<String> = asks.iter().map(|a| content(&post(&chat, a))).collect();
+    let model = format!("{}/v1/models/tiny-llada", s.url);
+    let before = curl(&[&model]).json()["unmask"]["batch"].clone();
+    assert_eq!(before["slots"], 4, "{before}");
+    assert_eq!(before["largest"], 1, "{before}");
+    // All at once, several times: they share packed forwards and answer the same.
+    for _ in 0..3 {
+        let together: Vec<String> = std::thread::scope(|sc| {
+            let handles: Vec<_> = asks.iter().map(|a| sc.spawn(|| content(&post(&chat, a)))).collect();
+            handles.into_iter().map(|h| h.join().expect("client thread")).collect()
+        });
+        assert_eq!(together, alone, "batching changed an answer");
+    }
+    let after = curl(&[&model]).json()["unmask"]["batch"].clone();
+    let largest = after["largest"].as_u64().expect("largest");
+    assert!(largest >= 2, "concurrent requests were never packed into one forward: {after}");
+    let (packed, seq) = (after["packed_forwards"].as_u64().unwrap(), after["sequence_forwards"].as_u64().unwrap());
+    assert!(seq > packed, "{after}");
+    assert!(!s.log().contains("panicked"), "{}", s.log());
+}
+
+#[test]
+fn batching_is_refused_by_name_where_it_cannot_run() {
+    let env = Env::new();
+    let out = env.run(&["serve", "--port", "0", "--no-record", "--backend", "vnpu", "--batch", "4"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cpu backend only"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -31,6 +31,8 @@ use clap::Args;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use unmask_engine::backend::batch::ForwardBatcher;
+use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::run::{BackendSpec, ModelParts, Session};
 use unmask_store::Store;
 
@@ -38,7 +40,7 @@ use crate::args::BackendArgs;
 use crate::data::{self, Data, ResolvedModel};
 use crate::exit::{fail, USAGE};
 use state::{AppState, ServedModel};
-use worker::{Recording, Worker};
+use worker::{Recording, Slots, Worker};
 
 /// Flags of `unmask serve`.
 #[derive(Args, Debug)]
@@ -62,6 +64,11 @@ pub struct ServeArgs {
     /// Requests that may wait per model while one runs; more are answered 429 with Retry-After.
     #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub queue: u16,
+    /// Requests per model decoded together, their forwards packed into one (cross-request
+    /// batching, cpu backend only); 1 decodes one request at a time [default: 16 on the cpu
+    /// backend, 1 on the others].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub batch: Option<u16>,
     /// Largest request body in bytes (larger ones are answered 413).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub max_request_bytes: usize,
@@ -92,6 +99,14 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
         return Err(fail(USAGE, format!("--shutdown-grace {} must be a number of seconds >= 0", args.shutdown_grace)));
     }
     let spec = args.backend.spec()?;
+    let batch = match (args.batch, &spec) {
+        (Some(n), BackendSpec::Cpu) => usize::from(n),
+        (None, BackendSpec::Cpu) => 16,
+        (Some(n), other) if n > 1 => {
+            return Err(fail(USAGE, format!("--batch {n}: cross-request batching runs on the cpu backend only, not on {other}")))
+        }
+        _ => 1,
+    };
     let dir = data::data_dir(data_dir)?;
     let mut loaded = Vec::new();
     for resolved in resolve_models(&args.models, args.no_record, &dir)? {
@@ -105,7 +120,7 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the server runtime")?;
-    rt.block_on(serve(args, spec, api_key, &dir, loaded))
+    rt.block_on(serve(args, spec, batch, api_key, &dir, loaded))
 }
 
 /// The models named by `--model` (or the default), each once.
@@ -135,6 +150,7 @@ fn resolve_models(wanted: &[String], no_record: bool, dir: &Path) -> Result<Vec<
 async fn serve(
     args: ServeArgs,
     spec: BackendSpec,
+    batch: usize,
     api_key: Option<String>,
     dir: &Path,
     loaded: Vec<Loaded>,
@@ -158,12 +174,19 @@ async fn serve(
     let tracker = TaskTracker::new();
     let mut models = Vec::new();
     for Loaded { resolved, parts } in loaded {
-        let session = Session::open(parts.clone(), &spec)
-            .with_context(|| format!("starting backend {spec} for {}", resolved.name))?;
+        let slots = if batch > 1 {
+            let batcher = ForwardBatcher::new(Box::new(CpuBackend::new(parts.transformer.clone())));
+            let sessions = (0..batch).map(|_| Session::open_batched(parts.clone(), &spec, &batcher)).collect();
+            Slots { sessions, batcher: Some(batcher) }
+        } else {
+            let session = Session::open(parts.clone(), &spec)
+                .with_context(|| format!("starting backend {spec} for {}", resolved.name))?;
+            Slots { sessions: vec![session], batcher: None }
+        };
         let recording = store.as_ref().map(|s| Recording { store: s.clone(), model: resolved.record.clone() });
         let worker = Worker::spawn(
             &resolved.name,
-            session,
+            slots,
             usize::from(args.queue),
             recording,
             Handle::current(),
@@ -182,9 +205,10 @@ async fn serve(
     let app = AppState::new(models, api_key, args.max_request_bytes);
     // Tests and scripts read the address from this line (with --port 0 it is the only place).
     eprintln!(
-        "unmask serve: listening on http://{local} (models: {}; backend {spec}; queue {} per model; {}{})",
+        "unmask serve: listening on http://{local} (models: {}; backend {spec}; queue {} per model; {} decoded together; {}{})",
         names.join(", "),
         args.queue,
+        batch,
         if store.is_some() { "recording runs" } else { "not recording" },
         if app.api_key.is_some() { "; API key required" } else { "" }
     );

@@ -48,6 +48,7 @@ fn model_object(m: &ServedModel) -> Value {
             "backend": m.backend,
             "generation_defaults": m.parts.generation,
             "queue": { "capacity": m.worker.capacity(), "waiting": m.worker.waiting() },
+            "batch": m.worker.batch_report(),
         },
     })
 }

@@ -1,7 +1,10 @@
-//! A model's worker: one thread owns the model's session and runs its queued jobs one at a time,
-//! oldest first, each recorded as a run. Decoding never waits on I/O: frames go to the client
-//! through an unbounded channel, the run's trace to the store's background writer, and the run's
-//! final write happens on the async runtime while the thread already decodes the next job.
+//! A model's worker: a few decoding slots, each a thread with its own session, take the model's
+//! queued jobs oldest first, each recorded as a run. With more than one slot the slots' forwards
+//! are packed into one (cross-request batching, `unmask_engine::backend::batch`), so concurrent
+//! requests share each forward instead of waiting for each other's whole generation. Decoding
+//! never waits on I/O: frames go to the client through an unbounded channel, the run's trace to
+//! the store's background writer, and the run's final write happens on the async runtime while
+//! the slot already decodes its next job.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::task::TaskTracker;
+use unmask_engine::backend::batch::ForwardBatcher;
 use unmask_engine::decode::{trim_at_stop, CancelFlag, DecodeSettings, StepFrame, TokenState};
 use unmask_engine::run::{BackendSpec, RunOutcome, Session};
 use unmask_engine::EngineError;
@@ -55,53 +59,78 @@ pub struct Recording {
     pub model: Option<ModelRecord>,
 }
 
-/// A model's worker thread and its queue.
+/// A model's decoding slots and their queue.
 pub struct Worker {
     name: String,
     queue: Arc<JobQueue<Job>>,
-    /// The cancel flag of the job being run.
-    running: Arc<Mutex<Option<CancelFlag>>>,
+    /// The cancel flags of the jobs being run, one place per slot.
+    running: Arc<Mutex<Vec<Option<CancelFlag>>>>,
     service: Arc<ServiceTime>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    batcher: Option<Arc<ForwardBatcher>>,
 }
 
-/// What the worker thread needs besides its session.
+/// What a slot's thread needs besides its session.
+#[derive(Clone)]
 struct Context {
     name: String,
+    slot: usize,
     backend: BackendSpec,
     queue: Arc<JobQueue<Job>>,
-    running: Arc<Mutex<Option<CancelFlag>>>,
+    running: Arc<Mutex<Vec<Option<CancelFlag>>>>,
     service: Arc<ServiceTime>,
     recording: Option<Recording>,
+    /// The batcher the slots' sessions share (more than one slot).
+    batcher: Option<Arc<ForwardBatcher>>,
     rt: Handle,
     tracker: TaskTracker,
 }
 
+/// The sessions a worker decodes with: one per slot, sharing `batcher` when there are several.
+pub struct Slots {
+    pub sessions: Vec<Session>,
+    pub batcher: Option<Arc<ForwardBatcher>>,
+}
+
 impl Worker {
-    /// Starts the worker thread of `session`'s model with a queue of `capacity` jobs.
+    /// Starts one thread per session of `slots` for a model, with a queue of `capacity` jobs.
     pub fn spawn(
         name: &str,
-        session: Session,
+        slots: Slots,
         capacity: usize,
         recording: Option<Recording>,
         rt: Handle,
         tracker: TaskTracker,
     ) -> std::io::Result<Worker> {
         let queue = Arc::new(JobQueue::new(capacity));
-        let running = Arc::new(Mutex::new(None));
+        let running = Arc::new(Mutex::new(vec![None; slots.sessions.len()]));
         let service = Arc::new(ServiceTime::default());
-        let ctx = Context {
-            name: name.to_owned(),
-            backend: session.backend().clone(),
-            queue: queue.clone(),
-            running: running.clone(),
-            service: service.clone(),
-            recording,
-            rt,
-            tracker,
-        };
-        let thread = std::thread::Builder::new().name(format!("serve-{name}")).spawn(move || work(session, ctx))?;
-        Ok(Worker { name: name.to_owned(), queue, running, service, thread: Mutex::new(Some(thread)) })
+        let mut threads = Vec::new();
+        for (slot, session) in slots.sessions.into_iter().enumerate() {
+            let ctx = Context {
+                name: name.to_owned(),
+                slot,
+                backend: session.backend().clone(),
+                queue: queue.clone(),
+                running: running.clone(),
+                service: service.clone(),
+                recording: recording.clone(),
+                batcher: slots.batcher.clone(),
+                rt: rt.clone(),
+                tracker: tracker.clone(),
+            };
+            let spawned = std::thread::Builder::new().name(format!("serve-{name}-{slot}")).spawn(move || work(session, ctx));
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    // The slots already started end with the closed queue.
+                    queue.close();
+                    return Err(e);
+                }
+            }
+        }
+        let batcher = slots.batcher;
+        Ok(Worker { name: name.to_owned(), queue, running, service, threads: Mutex::new(threads), batcher })
     }
 
     /// Queues a job: 429 when the queue is full, 503 when the server is shutting down.
@@ -125,9 +154,11 @@ impl Worker {
     }
 
     /// Seconds until a place in the queue is likely free: the waiting jobs at the recent
-    /// service time, at least 1 (what `Retry-After` says).
+    /// service time (jobs finished per second over all slots), at least 1 (what `Retry-After`
+    /// says).
     pub fn retry_after_s(&self) -> u64 {
-        let wait = (self.queue.len() + 1) as f64 * self.service.seconds();
+        let slots = self.running.lock().unwrap_or_else(|e| e.into_inner()).len().max(1);
+        let wait = (self.queue.len() + 1) as f64 * self.service.seconds() / slots as f64;
         (wait.ceil() as u64).clamp(1, 60)
     }
 
@@ -141,27 +172,40 @@ impl Worker {
         self.queue.len()
     }
 
+    /// Decoding slots, the jobs running in them, and how packed their forwards have been.
+    pub fn batch_report(&self) -> serde_json::Value {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let c = self.batcher.as_ref().map(|b| b.counters()).unwrap_or_default();
+        serde_json::json!({
+            "slots": running.len(),
+            "running": running.iter().flatten().count(),
+            "packed_forwards": c.batches,
+            "sequence_forwards": c.forwards,
+            "largest": c.largest,
+        })
+    }
+
     /// Stops taking jobs; the waiting ones are answered 503 (they never ran, nothing is recorded).
-    /// The job being run goes on.
+    /// The jobs being run go on.
     pub fn close(&self) {
         for job in self.queue.close() {
             let _ = job.events.send(JobEvent::Failed(ApiError::shutting_down()));
         }
     }
 
-    /// Cancels the job being run (it is recorded as cancelled with its partial answer).
+    /// Cancels the jobs being run (each is recorded as cancelled with its partial answer).
     pub fn cancel_running(&self) {
-        if let Some(flag) = self.running.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        for flag in self.running.lock().unwrap_or_else(|e| e.into_inner()).iter().flatten() {
             flag.cancel();
         }
     }
 
-    /// Waits for the thread to end (after [`close`](Self::close)).
+    /// Waits for the slots' threads to end (after [`close`](Self::close)).
     pub fn join(&self) {
-        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = thread {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
             if t.join().is_err() {
-                tracing::error!(model = %self.name, "the worker thread panicked");
+                tracing::error!(model = %self.name, "a worker thread panicked");
             }
         }
     }
@@ -190,13 +234,19 @@ fn work(mut session: Session, ctx: Context) {
             continue;
         }
         let cancel = CancelFlag::new();
-        *ctx.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(cancel.clone());
+        set_running(&ctx, Some(cancel.clone()));
         let started = Instant::now();
         run_job(&mut session, job, cancel, &ctx);
         ctx.service.observe(started.elapsed());
-        *ctx.running.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        set_running(&ctx, None);
     }
     tracing::debug!(model = %ctx.name, "worker stopped");
+}
+
+fn set_running(ctx: &Context, flag: Option<CancelFlag>) {
+    if let Some(place) = ctx.running.lock().unwrap_or_else(|e| e.into_inner()).get_mut(ctx.slot) {
+        *place = flag;
+    }
 }
 
 fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
@@ -252,6 +302,8 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
             }
             ControlFlow::Continue(())
         };
+        // Packed forwards wait for this run's blocks from here until it ends (and no longer).
+        let _batching = ctx.batcher.as_ref().map(|b| b.join());
         session.run(&ids, &settings, &cancel, &mut on_frame)
     };
     let partial = matches!(result, Err(EngineError::Cancelled)).then(|| {

@@ -1,5 +1,6 @@
 //! Execution backends. Decoding reaches them only through [`Backend`].
 
+pub mod batch;
 pub mod cpu;
 pub mod qnn;
 pub mod recorder;
@@ -7,7 +8,7 @@ pub mod revision;
 pub mod vnpu;
 
 use crate::error::Result;
-use crate::model::{ForwardOutput, ForwardRequest, KvCache, ModelConfig};
+use crate::model::{BatchItem, ForwardOutput, ForwardRequest, KvCache, ModelConfig};
 pub use revision::{CpuPathExecutor, CpuPathHost};
 
 /// Static shape buckets and launch cost a backend prefers (drives speculative window sizing).
@@ -46,6 +47,12 @@ pub trait Backend: Send {
     fn new_cache(&self, capacity: usize) -> KvCache;
     /// Runs one forward.
     fn forward(&mut self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<(ForwardOutput, ForwardStats)>;
+    /// Runs the blocks of several independent decodes; each gets what [`Backend::forward`] would
+    /// give it alone. The default runs them one after the other; a backend that can pack them
+    /// into one forward (the CPU) overrides it.
+    fn forward_batch(&mut self, items: &mut [BatchItem<'_>]) -> Vec<Result<(ForwardOutput, ForwardStats)>> {
+        items.iter_mut().map(|it| self.forward(&it.req, it.cache.as_deref_mut())).collect()
+    }
     /// Shape buckets and launch cost; `None` for dynamic-shape backends like the CPU.
     fn cost_profile(&self) -> Option<CostProfile> {
         None

@@ -28,7 +28,7 @@ pub enum KvLayout {
 }
 
 /// Keys and values for `capacity` positions of every layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct KvCache {
     n_layers: usize,
     kv_dim: usize,

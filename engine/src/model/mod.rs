@@ -21,7 +21,7 @@ pub use chat::{ChatMessage, ChatTemplate, Role};
 pub use config::{Architecture, ModelConfig};
 pub use kv_cache::{KvCache, KvLayout};
 pub use tokenizer::TextTokenizer;
-pub use transformer::{ForwardOutput, ForwardRequest, KvMode, Transformer};
+pub use transformer::{BatchItem, ForwardOutput, ForwardRequest, KvMode, Transformer};
 
 /// Decoding defaults shipped with a model (`generation_config.json`), all optional.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -9,6 +9,10 @@
 //! so its pages are faulted in before decoding starts. Only the returned logits are fresh.
 //! A forward that finds the scratch busy (the same model running on another thread) uses a
 //! private one.
+//!
+//! [`Transformer::forward_batch`] packs the blocks of several independent decodes into one
+//! forward (cross-request batching): every linear layer runs once over all their rows, only
+//! attention and the K/V caches stay per sequence. A single forward is a batch of one.
 
 use std::sync::Mutex;
 
@@ -44,6 +48,13 @@ pub struct ForwardRequest<'a> {
     /// Rows of the block (indices into `tokens`) whose logits are wanted.
     pub logits_rows: &'a [usize],
     pub kv: KvMode,
+}
+
+/// One sequence of a packed forward: its block and the cache it attends to.
+#[derive(Debug)]
+pub struct BatchItem<'a> {
+    pub req: ForwardRequest<'a>,
+    pub cache: Option<&'a mut KvCache>,
 }
 
 /// Logits for the requested rows, `rows.len() × vocab`, plus work counters.
@@ -106,8 +117,12 @@ pub struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     head_in: Vec<f32>,
-    cached: Vec<usize>,
-    k_pos: Vec<usize>,
+    /// Positions of all rows of the packed block, sequence after sequence.
+    positions: Vec<usize>,
+    /// Per sequence: the cached positions it attends to, and its key positions (cached, then
+    /// its block).
+    cached: Vec<Vec<usize>>,
+    k_pos: Vec<Vec<usize>>,
     in_block: Vec<bool>,
     /// Tokens and context the buffers are sized for.
     rows: usize,
@@ -153,8 +168,7 @@ impl Scratch {
         grow(&mut self.gate, rows * ffn);
         grow(&mut self.up, rows * ffn);
         grow(&mut self.head_in, rows * h);
-        self.cached.reserve(ctx);
-        self.k_pos.reserve(ctx);
+        self.positions.reserve(rows);
         self.rows = rows;
         self.ctx = ctx;
     }
@@ -266,21 +280,64 @@ impl Transformer {
     pub fn forward_with(
         &self,
         req: &ForwardRequest,
-        mut cache: Option<&mut KvCache>,
+        cache: Option<&mut KvCache>,
         layers: &mut dyn LayerSource,
     ) -> Result<ForwardOutput> {
+        let mut one = [BatchItem { req: req.clone(), cache }];
+        let mut out = self.forward_packed(&mut one, layers)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Runs the blocks of several independent sequences as one packed forward: the result of
+    /// each is the result [`Transformer::forward`] gives it alone (same rows, same math; only
+    /// the order of rows inside a GEMM differs). A sequence whose request is invalid gets its
+    /// error and is left out; the others still run.
+    pub fn forward_batch(&self, items: &mut [BatchItem<'_>]) -> Vec<Result<ForwardOutput>> {
+        let checks: Vec<Result<()>> = items.iter().map(|it| self.check(&it.req, it.cache.as_deref())).collect();
+        let mut valid: Vec<BatchItem<'_>> = items
+            .iter_mut()
+            .zip(&checks)
+            .filter(|(_, ok)| ok.is_ok())
+            .map(|(it, _)| BatchItem { req: it.req.clone(), cache: it.cache.as_deref_mut() })
+            .collect();
+        let packed = self.forward_packed(&mut valid, &mut ResidentLayers(&self.weights));
+        drop(valid);
+        let mut packed = match packed {
+            Ok(outs) => outs.into_iter().map(Ok).collect::<Vec<_>>().into_iter(),
+            Err(e) => {
+                // Every sequence of the pack failed with it: the first gets the error itself.
+                let n = checks.iter().filter(|c| c.is_ok()).count();
+                let said = e.to_string();
+                let mut errs = vec![Err(e)];
+                errs.extend((1..n).map(|_| Err(EngineError::InvalidRequest(format!("the packed forward failed: {said}")))));
+                errs.into_iter()
+            }
+        };
+        checks
+            .into_iter()
+            .map(|c| match c {
+                Ok(()) => packed.next().unwrap_or_else(|| Err(EngineError::InvalidRequest("batch result missing".into()))),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
+
+    /// The forward of one or more sequences packed row after row.
+    fn forward_packed(&self, items: &mut [BatchItem<'_>], layers: &mut dyn LayerSource) -> Result<Vec<ForwardOutput>> {
         if rayon::current_thread_index().is_none() {
             // Called from outside the worker pool: hand the whole forward to it once, instead of
             // once per kernel call (each hand-off is two context switches, which dominated small
             // models' decoding).
-            return rayon::scope(|_| self.forward_with(req, cache, layers));
+            return rayon::scope(|_| self.forward_packed(items, layers));
         }
-        self.check(req, cache.as_deref())?;
+        for it in items.iter() {
+            self.check(&it.req, it.cache.as_deref())?;
+        }
         let c = &self.config;
-        let n = req.tokens.len();
         let h = c.hidden;
-        if n == 0 {
-            return Ok(ForwardOutput { vocab: c.vocab, ..Default::default() });
+        let total: usize = items.iter().map(|it| it.req.tokens.len()).sum();
+        if total == 0 {
+            return Ok(items.iter().map(|_| ForwardOutput { vocab: c.vocab, ..Default::default() }).collect());
         }
         let mut private = None;
         let mut guard = self.scratch.try_lock().ok();
@@ -288,50 +345,74 @@ impl Transformer {
             Some(s) => s,
             None => private.insert(Scratch::default()),
         };
-        // Cached positions the block attends to: valid slots not overridden by the block itself.
-        sc.cached.clear();
-        if let (Some(kc), KvMode::Read | KvMode::ReadWrite) = (&cache, req.kv) {
-            sc.in_block.clear();
-            sc.in_block.resize(kc.capacity(), false);
-            for &p in req.positions {
-                if p < sc.in_block.len() {
-                    sc.in_block[p] = true;
-                }
-            }
-            sc.cached.extend((0..kc.capacity()).filter(|&p| kc.is_valid(p) && !sc.in_block[p]));
+        if sc.cached.len() < items.len() {
+            sc.cached.resize_with(items.len(), Vec::new);
+            sc.k_pos.resize_with(items.len(), Vec::new);
         }
-        let ctx_len = sc.cached.len() + n;
-        sc.reserve(c, n, ctx_len);
-        sc.k_pos.clear();
-        sc.k_pos.extend_from_slice(&sc.cached);
-        sc.k_pos.extend_from_slice(req.positions);
+        let mut max_ctx = 0;
+        sc.positions.clear();
+        for (s, it) in items.iter().enumerate() {
+            // Cached positions the block attends to: valid slots not overridden by the block itself.
+            let cached = &mut sc.cached[s];
+            cached.clear();
+            if let (Some(kc), KvMode::Read | KvMode::ReadWrite) = (&it.cache, it.req.kv) {
+                sc.in_block.clear();
+                sc.in_block.resize(kc.capacity(), false);
+                for &p in it.req.positions {
+                    if p < sc.in_block.len() {
+                        sc.in_block[p] = true;
+                    }
+                }
+                cached.extend((0..kc.capacity()).filter(|&p| kc.is_valid(p) && !sc.in_block[p]));
+            }
+            let k_pos = &mut sc.k_pos[s];
+            k_pos.clear();
+            k_pos.extend_from_slice(cached);
+            k_pos.extend_from_slice(it.req.positions);
+            max_ctx = max_ctx.max(k_pos.len());
+            sc.positions.extend_from_slice(it.req.positions);
+        }
+        sc.reserve(c, total, max_ctx);
 
-        for (row, &t) in sc.x[..n * h].chunks_exact_mut(h).zip(req.tokens) {
+        let tokens = items.iter().flat_map(|it| it.req.tokens.iter());
+        for (row, &t) in sc.x[..total * h].chunks_exact_mut(h).zip(tokens) {
             self.weights.embedding.row_into(t as usize, row);
         }
-        let mut flops = 0.0f64;
+        // Linear layers cost the same per row whichever sequence it belongs to; attention is
+        // counted per sequence.
+        let mut linear_flops = 0.0f64;
+        let mut attn_flops = vec![0.0f64; items.len()];
         let moe_exec = self.moe_execution();
         let mut moe_stats = MoeStats::default();
         for li in 0..self.weights.layers.len() {
-            flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
+            linear_flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
                 let moe = (&moe_exec, &mut moe_stats);
-                self.layer_forward(li, layer, sc, req, cache.as_deref_mut(), moe)
+                self.layer_forward(li, layer, sc, items, &mut attn_flops, moe)
             })?;
         }
-        let moe = (moe_stats.layer_runs > 0).then(|| {
+        let mut moe = (moe_stats.layer_runs > 0).then(|| {
             self.moe.lock().unwrap_or_else(|p| p.into_inner()).1.merge(&moe_stats);
             moe_stats
         });
-        if req.kv == KvMode::ReadWrite {
-            if let Some(kc) = cache.as_deref_mut() {
-                kc.mark_valid(req.positions.iter().copied());
+        for it in items.iter_mut() {
+            if it.req.kv == KvMode::ReadWrite {
+                if let Some(kc) = it.cache.as_deref_mut() {
+                    kc.mark_valid(it.req.positions.iter().copied());
+                }
             }
         }
-        // LM head only for the requested rows (logit skipping).
-        let m = req.logits_rows.len();
+        // LM head only for the requested rows (logit skipping), of every sequence at once.
+        let m: usize = items.iter().map(|it| it.req.logits_rows.len()).sum();
         let xn = &mut sc.head_in[..m * h];
-        for (dst, &r) in xn.chunks_exact_mut(h).zip(req.logits_rows) {
-            dst.copy_from_slice(&sc.x[r * h..(r + 1) * h]);
+        let mut dst_rows = xn.chunks_exact_mut(h);
+        let mut start = 0;
+        for it in items.iter() {
+            for &r in it.req.logits_rows {
+                if let Some(dst) = dst_rows.next() {
+                    dst.copy_from_slice(&sc.x[(start + r) * h..(start + r + 1) * h]);
+                }
+            }
+            start += it.req.tokens.len();
         }
         rmsnorm_rows_inplace(xn, &self.weights.final_norm, c.rms_eps);
         let mut logits = vec![0.0f32; m * c.vocab];
@@ -341,24 +422,48 @@ impl Transformer {
                 Ok(0.0)
             })?;
         }
-        flops += 2.0 * (m * h * c.vocab) as f64;
-        Ok(ForwardOutput { rows: req.logits_rows.to_vec(), logits, vocab: c.vocab, context_len: ctx_len, flops, moe })
+        if items.len() == 1 {
+            let it = &items[0];
+            let flops = linear_flops + attn_flops[0] + 2.0 * (m * h * c.vocab) as f64;
+            let (rows, context_len) = (it.req.logits_rows.to_vec(), sc.k_pos[0].len());
+            return Ok(vec![ForwardOutput { rows, logits, vocab: c.vocab, context_len, flops, moe }]);
+        }
+        let mut outs = Vec::with_capacity(items.len());
+        let mut head_row = 0;
+        for (s, it) in items.iter().enumerate() {
+            let (n, ms) = (it.req.tokens.len(), it.req.logits_rows.len());
+            let flops = linear_flops * n as f64 / total as f64 + attn_flops[s] + 2.0 * (ms * h * c.vocab) as f64;
+            outs.push(ForwardOutput {
+                rows: it.req.logits_rows.to_vec(),
+                logits: logits[head_row * c.vocab..(head_row + ms) * c.vocab].to_vec(),
+                vocab: c.vocab,
+                context_len: sc.k_pos[s].len(),
+                flops,
+                // The packed forward's MoE counters go with its first sequence (the model's own
+                // counters hold them too).
+                moe: moe.take(),
+            });
+            head_row += ms;
+        }
+        Ok(outs)
     }
 
+    /// One layer over the packed rows of `items`; returns the linear layers' FLOPs and adds each
+    /// sequence's attention FLOPs to `attn_flops`.
     fn layer_forward(
         &self,
         li: usize,
         w: &LayerWeights,
         sc: &mut Scratch,
-        req: &ForwardRequest,
-        cache: Option<&mut KvCache>,
+        items: &mut [BatchItem<'_>],
+        attn_flops: &mut [f64],
         (moe_exec, moe_stats): (&MoeExecution, &mut MoeStats),
     ) -> Result<f64> {
         let c = &self.config;
-        let (n, h, hd) = (req.tokens.len(), c.hidden, c.head_dim);
+        let n: usize = items.iter().map(|it| it.req.tokens.len()).sum();
+        let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let mut flops = 0.0f64;
-        let ctx = sc.cached.len() + n;
         let x = &mut sc.x[..n * h];
 
         // --- attention ---
@@ -379,31 +484,40 @@ impl Transformer {
         if let Some(kn) = &w.k_norm {
             rmsnorm_rows_inplace(k, kn, c.rms_eps);
         }
-        self.rope.apply_rows(q, req.positions, c.n_heads, hd);
-        self.rope.apply_rows(k, req.positions, c.n_kv_heads, hd);
+        self.rope.apply_rows(q, &sc.positions, c.n_heads, hd);
+        self.rope.apply_rows(k, &sc.positions, c.n_kv_heads, hd);
 
-        // Context = cached rows, then the block's fresh rows (gathered into reused buffers).
-        let (kctx, vctx) = (&mut sc.kctx[..ctx * kvd], &mut sc.vctx[..ctx * kvd]);
-        if let Some(kc) = cache.as_deref() {
-            for (i, &p) in sc.cached.iter().enumerate() {
-                kc.copy_rows(li, p, &mut kctx[i * kvd..(i + 1) * kvd], &mut vctx[i * kvd..(i + 1) * kvd]);
-            }
-        }
-        let nc = sc.cached.len();
-        kctx[nc * kvd..].copy_from_slice(k);
-        vctx[nc * kvd..].copy_from_slice(v);
-        let att = &mut sc.att[..n * qd];
         let shape = HeadShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd };
-        let args = AttnArgs { q, q_pos: req.positions, k: kctx, v: vctx, k_pos: &sc.k_pos, shape, causal: c.causal };
-        attention_with(Simd::detect(), att, args, &mut sc.kt);
-        flops += 4.0 * (n * ctx * qd) as f64;
-        if req.kv == KvMode::ReadWrite {
-            if let Some(kc) = cache {
-                for (i, &p) in req.positions.iter().enumerate() {
-                    kc.write(li, p, &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
+        let mut r0 = 0;
+        for (s, it) in items.iter_mut().enumerate() {
+            let ns = it.req.tokens.len();
+            let (cached, k_pos) = (&sc.cached[s], &sc.k_pos[s]);
+            let (nc, ctx) = (cached.len(), k_pos.len());
+            // Context = cached rows, then the block's fresh rows (gathered into reused buffers).
+            let (kctx, vctx) = (&mut sc.kctx[..ctx * kvd], &mut sc.vctx[..ctx * kvd]);
+            if let Some(kc) = it.cache.as_deref() {
+                for (i, &p) in cached.iter().enumerate() {
+                    kc.copy_rows(li, p, &mut kctx[i * kvd..(i + 1) * kvd], &mut vctx[i * kvd..(i + 1) * kvd]);
                 }
             }
+            let (ks, vs) = (&k[r0 * kvd..(r0 + ns) * kvd], &v[r0 * kvd..(r0 + ns) * kvd]);
+            kctx[nc * kvd..].copy_from_slice(ks);
+            vctx[nc * kvd..].copy_from_slice(vs);
+            let att = &mut sc.att[r0 * qd..(r0 + ns) * qd];
+            let qs = &q[r0 * qd..(r0 + ns) * qd];
+            let args = AttnArgs { q: qs, q_pos: it.req.positions, k: kctx, v: vctx, k_pos, shape, causal: c.causal };
+            attention_with(Simd::detect(), att, args, &mut sc.kt);
+            attn_flops[s] += 4.0 * (ns * ctx * qd) as f64;
+            if it.req.kv == KvMode::ReadWrite {
+                if let Some(kc) = it.cache.as_deref_mut() {
+                    for (i, &p) in it.req.positions.iter().enumerate() {
+                        kc.write(li, p, &ks[i * kvd..(i + 1) * kvd], &vs[i * kvd..(i + 1) * kvd]);
+                    }
+                }
+            }
+            r0 += ns;
         }
+        let att = &sc.att[..n * qd];
         let o = &mut sc.o[..n * h];
         w.wo.forward(att, n, o);
         flops += 2.0 * (n * qd * h) as f64;

@@ -9,6 +9,7 @@ use super::backend_spec::BackendSpec;
 use super::executor::{Executor, RunTimeline};
 use super::overrides::{effective_settings, SettingsOverrides};
 use super::stop::stop_ids;
+use crate::backend::batch::ForwardBatcher;
 use crate::backend::cpu::CpuBackend;
 use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
 use crate::decode::spec_ar::{check_pair, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
@@ -122,6 +123,20 @@ impl Session {
             draft: None,
             moe_plan: None,
         })
+    }
+
+    /// A session whose forwards go through `batcher`, packed with those of the other sessions
+    /// sharing it (cross-request batching; the caller joins the batcher for each run, see
+    /// [`ForwardBatcher::join`]). `backend` names what the batcher runs, for records.
+    pub fn open_batched(model: Arc<ModelParts>, backend: &BackendSpec, batcher: &Arc<ForwardBatcher>) -> Self {
+        Session {
+            model,
+            backend: backend.clone(),
+            executor: Executor::Other(Box::new(batcher.member())),
+            ar_cache: ArPrefixCache::default(),
+            draft: None,
+            moe_plan: None,
+        }
     }
 
     /// Decodes with speculative decoding from now on, `draft` proposing tokens for this
