@@ -43,7 +43,15 @@ pub fn run(quick: bool) -> Result<Value> {
     for (name, flags) in configs {
         let dir = tempfile::tempdir()?;
         let server = Server::start(&unmask, dir.path(), flags)?;
-        runs.push(LoadRun { name, dir, server: Some(server), levels: Vec::new(), check: None, exit: None, batch: Value::Null });
+        runs.push(LoadRun {
+            name,
+            dir,
+            server: Some(server),
+            levels: Vec::new(),
+            check: None,
+            exit: None,
+            batch: Value::Null,
+        });
     }
     let http = client()?;
     let counter = Arc::new(AtomicU64::new(0));
@@ -241,7 +249,11 @@ struct LoadRun {
 
 impl LoadRun {
     fn level(&self, clients: usize) -> Result<&Level> {
-        self.levels.iter().find(|(l, _)| l.clients == clients).map(|(l, _)| l).with_context(|| format!("{} level {clients}", self.name))
+        self.levels
+            .iter()
+            .find(|(l, _)| l.clients == clients)
+            .map(|(l, _)| l)
+            .with_context(|| format!("{} level {clients}", self.name))
     }
 }
 
@@ -725,7 +737,8 @@ impl StoreCheck {
 /// it next writes to the stream, which for this model can be the run's end (its first answer
 /// text comes late). The window is the longest time a completed request of the same load took.
 async fn check_store(dir: &Path, samples: &[Sample], killed_at_s: Option<f64>) -> Result<StoreCheck> {
-    let race_s = samples.iter().filter(|s| s.outcome == Outcome::Completed).map(|s| s.total_ms / 1e3).fold(0.0, f64::max);
+    let race_s =
+        samples.iter().filter(|s| s.outcome == Outcome::Completed).map(|s| s.total_ms / 1e3).fold(0.0, f64::max);
     let store = Store::open(dir.to_owned()).await.context("opening the store")?;
     let integrity_ok = store.integrity_check().await.is_ok();
     let rows = store.recent_runs(u32::MAX, 0).await.context("reading the runs")?;

@@ -568,7 +568,11 @@ fn batching_is_refused_by_name_where_it_cannot_run() {
     let env = Env::new();
     let out = env.run(&["serve", "--port", "0", "--no-record", "--backend", "vnpu", "--batch", "4"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cpu backend only"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cpu backend only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

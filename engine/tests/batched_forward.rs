@@ -10,10 +10,10 @@ use unmask_engine::backend::batch::ForwardBatcher;
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::{Backend, ForwardStats};
 use unmask_engine::decode::{generate, CancelFlag, DecodeSettings, StepFrame};
-use unmask_engine::Result;
 use unmask_engine::model::{
     load_model, BatchItem, ForwardOutput, ForwardRequest, KvCache, KvMode, ModelConfig, Transformer,
 };
+use unmask_engine::Result;
 
 fn model_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models").join(name)

@@ -103,7 +103,10 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
         (Some(n), BackendSpec::Cpu) => usize::from(n),
         (None, BackendSpec::Cpu) => 16,
         (Some(n), other) if n > 1 => {
-            return Err(fail(USAGE, format!("--batch {n}: cross-request batching runs on the cpu backend only, not on {other}")))
+            return Err(fail(
+                USAGE,
+                format!("--batch {n}: cross-request batching runs on the cpu backend only, not on {other}"),
+            ))
         }
         _ => 1,
     };

@@ -119,7 +119,8 @@ impl Worker {
                 rt: rt.clone(),
                 tracker: tracker.clone(),
             };
-            let spawned = std::thread::Builder::new().name(format!("serve-{name}-{slot}")).spawn(move || work(session, ctx));
+            let spawned =
+                std::thread::Builder::new().name(format!("serve-{name}-{slot}")).spawn(move || work(session, ctx));
             match spawned {
                 Ok(t) => threads.push(t),
                 Err(e) => {

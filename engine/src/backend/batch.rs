@@ -164,7 +164,12 @@ impl ForwardBatcher {
             let mut items: Vec<BatchItem<'_>> = batch
                 .iter_mut()
                 .map(|p| BatchItem {
-                    req: ForwardRequest { tokens: &p.tokens, positions: &p.positions, logits_rows: &p.logits_rows, kv: p.kv },
+                    req: ForwardRequest {
+                        tokens: &p.tokens,
+                        positions: &p.positions,
+                        logits_rows: &p.logits_rows,
+                        kv: p.kv,
+                    },
                     cache: p.cache.as_mut(),
                 })
                 .collect();

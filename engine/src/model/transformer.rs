@@ -72,7 +72,6 @@ pub struct ForwardOutput {
 }
 
 impl ForwardOutput {
-
     /// Logits of the i-th requested row.
     pub fn row(&self, i: usize) -> &[f32] {
         &self.logits[i * self.vocab..(i + 1) * self.vocab]
@@ -222,7 +221,9 @@ impl Transformer {
         let mut experts = None;
         for l in &self.weights.layers {
             match &l.ffn {
-                FeedForward::Moe { experts: ex, .. } if experts.is_none_or(|e| e == ex.len()) => experts = Some(ex.len()),
+                FeedForward::Moe { experts: ex, .. } if experts.is_none_or(|e| e == ex.len()) => {
+                    experts = Some(ex.len())
+                }
                 _ => return None,
             }
         }
@@ -309,14 +310,18 @@ impl Transformer {
                 let n = checks.iter().filter(|c| c.is_ok()).count();
                 let said = e.to_string();
                 let mut errs = vec![Err(e)];
-                errs.extend((1..n).map(|_| Err(EngineError::InvalidRequest(format!("the packed forward failed: {said}")))));
+                errs.extend(
+                    (1..n).map(|_| Err(EngineError::InvalidRequest(format!("the packed forward failed: {said}")))),
+                );
                 errs.into_iter()
             }
         };
         checks
             .into_iter()
             .map(|c| match c {
-                Ok(()) => packed.next().unwrap_or_else(|| Err(EngineError::InvalidRequest("batch result missing".into()))),
+                Ok(()) => {
+                    packed.next().unwrap_or_else(|| Err(EngineError::InvalidRequest("batch result missing".into())))
+                }
                 Err(e) => Err(e),
             })
             .collect()
