@@ -1,6 +1,8 @@
-//! A bounded first-in first-out queue between the HTTP handlers and a model's worker thread.
-//! The worker blocks on it (it is a plain thread, not an async task); handlers never wait on it:
+//! A bounded first-in first-out queue between the HTTP handlers and a model's decoding slots.
+//! The slots block on it (they are plain threads, not async tasks); handlers never wait on it:
 //! a full queue is answered at once (429) and a closed one means the server is shutting down.
+//! The bound counts the jobs no idle slot is about to take, so requests arriving together while
+//! slots are free are never refused because the slots had not woken yet.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -22,12 +24,16 @@ pub struct JobQueue<T> {
 struct State<T> {
     jobs: VecDeque<T>,
     closed: bool,
+    /// Consumers blocked in `pop` (each takes one of the jobs pushed meanwhile).
+    idle: usize,
 }
 
 impl<T> JobQueue<T> {
-    /// A queue holding at most `capacity` waiting jobs (the one being run is not counted).
+    /// A queue holding at most `capacity` waiting jobs (those being run, or about to be taken by
+    /// an idle consumer, are not counted).
     pub fn new(capacity: usize) -> Self {
-        JobQueue { state: Mutex::new(State { jobs: VecDeque::new(), closed: false }), ready: Condvar::new(), capacity }
+        let state = State { jobs: VecDeque::new(), closed: false, idle: 0 };
+        JobQueue { state: Mutex::new(state), ready: Condvar::new(), capacity }
     }
 
     fn lock(&self) -> MutexGuard<'_, State<T>> {
@@ -41,7 +47,7 @@ impl<T> JobQueue<T> {
         if s.closed {
             return Err(PushError::Closed(job));
         }
-        if s.jobs.len() >= self.capacity {
+        if s.jobs.len() >= self.capacity + s.idle {
             return Err(PushError::Full(job));
         }
         let ahead = s.jobs.len();
@@ -61,7 +67,9 @@ impl<T> JobQueue<T> {
             if let Some(job) = s.jobs.pop_front() {
                 return Some(job);
             }
+            s.idle += 1;
             s = self.ready.wait(s).unwrap_or_else(|e| e.into_inner());
+            s.idle -= 1;
         }
     }
 
@@ -112,6 +120,43 @@ mod tests {
         assert_eq!(q.close(), vec![4, 6]);
         assert!(matches!(q.push(5), Err(PushError::Closed(5))));
         assert_eq!(q.pop(), None);
+    }
+
+    #[test]
+    fn idle_consumers_take_jobs_beyond_the_capacity() {
+        let q = Arc::new(JobQueue::new(1));
+        let (took, took_rx) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, took, release_rx) = (q.clone(), took.clone(), release_rx.clone());
+                std::thread::spawn(move || {
+                    // One job each, then hold it (a slot busy decoding).
+                    let job = q.pop();
+                    took.send(job).expect("send");
+                    let _ = release_rx.lock().expect("lock").recv();
+                })
+            })
+            .collect();
+        while q.lock().idle < 2 {
+            std::thread::yield_now();
+        }
+        // Three arrive at once: two for the idle consumers, one waits; a fourth is refused
+        // whether or not the consumers have woken yet.
+        for j in 0..3 {
+            assert!(q.push(j).is_ok(), "job {j} refused with idle consumers");
+        }
+        assert!(matches!(q.push(3), Err(PushError::Full(3))));
+        let mut got: Vec<i32> = (0..2).map(|_| took_rx.recv().expect("took").expect("a job")).collect();
+        got.sort();
+        assert_eq!(got, vec![0, 1]);
+        assert_eq!(q.len(), 1);
+        assert!(matches!(q.push(4), Err(PushError::Full(4))));
+        drop(release);
+        for c in consumers {
+            c.join().expect("consumer");
+        }
     }
 
     #[test]
