@@ -732,10 +732,11 @@ impl StoreCheck {
 
 /// Opens the data folder (after the server stopped; recovery runs here too) and checks it.
 /// Checks the store against what the clients saw. `killed_at_s`: when the server was SIGKILLed
-/// (seconds into the load). A client that hung up before that may find its run `interrupted`
-/// when the kill came before the run would have ended: the server learns of a hang-up only when
-/// it next writes to the stream, which for this model can be the run's end (its first answer
-/// text comes late). The window is the longest time a completed request of the same load took.
+/// (seconds into the load). A client that hung up may find its run `interrupted` when the kill
+/// came before the server noticed: the server learns of a hang-up only when it next writes to
+/// the stream, which for this model can be the run's end (its first answer text comes late), so
+/// a hang-up up to the longest time a completed request of the same load took before the kill
+/// qualifies, and so does one after the kill (its timer fired before it saw the dead server).
 async fn check_store(dir: &Path, samples: &[Sample], killed_at_s: Option<f64>) -> Result<StoreCheck> {
     let race_s =
         samples.iter().filter(|s| s.outcome == Outcome::Completed).map(|s| s.total_ms / 1e3).fold(0.0, f64::max);
@@ -774,7 +775,7 @@ async fn check_store(dir: &Path, samples: &[Sample], killed_at_s: Option<f64>) -
             Outcome::Dropped => {
                 matches!(r.status, RunStatus::Cancelled | RunStatus::Completed)
                     || r.status == RunStatus::Interrupted
-                        && killed_at_s.is_some_and(|k| s.ended_s <= k && k - s.ended_s <= race_s)
+                        && killed_at_s.is_some_and(|k| s.ended_s >= k - race_s)
             }
             Outcome::ServerGone => {
                 matches!(r.status, RunStatus::Interrupted | RunStatus::Completed | RunStatus::Cancelled)
