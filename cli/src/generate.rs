@@ -165,6 +165,13 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
         return Ok(());
     }
     println!("{}", o.text.trim());
+    if o.text.trim().is_empty() {
+        // A blank line alone reads as a hang or a crash; say what happened.
+        eprintln!(
+            "note: the answer is empty: the model ended its reply at once. A chat model given a \
+             question without its chat template (--raw) often does; --raw suits text to continue."
+        );
+    }
     if out.stats {
         let sim = d.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
         let run = run_id.map(|id| format!(" · run {id}")).unwrap_or_default();

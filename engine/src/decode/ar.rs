@@ -11,7 +11,7 @@ use super::canvas::{Canvas, TokenState};
 use super::denoise::{to_rows, FrameSink};
 use super::frame::{CancelFlag, StepFrame};
 use super::output::{DecodeOutput, StopReason};
-use super::sampling::{argmax, sample_categorical, softmax, top_k_filter, top_p_filter};
+use super::sampling::{argmax, probability_of, sample_categorical, softmax, top_k_filter, top_p_filter};
 use super::settings::DecodeSettings;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
@@ -66,7 +66,7 @@ impl ArPrefixCache {
 pub fn sample_next(row: &mut [f64], settings: &DecodeSettings, rng: &mut ChaCha8Rng) -> (u32, f64) {
     if settings.temperature == 0.0 {
         let t = argmax(row);
-        return (t as u32, softmax(row)[t]);
+        return (t as u32, probability_of(row, t));
     }
     row.iter_mut().for_each(|l| *l /= settings.temperature);
     if let Some(p) = settings.top_p {
@@ -175,7 +175,11 @@ pub fn generate_ar_reusing(
 }
 
 /// The checks of an autoregressive request, before anything is allocated for it.
-pub(crate) fn check_ar_request(cfg: &crate::model::ModelConfig, prompt: &[u32], settings: &DecodeSettings) -> Result<()> {
+pub(crate) fn check_ar_request(
+    cfg: &crate::model::ModelConfig,
+    prompt: &[u32],
+    settings: &DecodeSettings,
+) -> Result<()> {
     if prompt.is_empty() {
         return Err(EngineError::InvalidRequest("AR decoding needs a non-empty prompt".into()));
     }

@@ -14,7 +14,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 use super::policy::{Candidate, Scorer, TransferPolicy};
-use super::sampling::{gumbel_argmax, order_by_score, softmax};
+use super::sampling::{gumbel_argmax, order_by_score, probability_of};
 use super::settings::{DecodeSettings, Remasking};
 
 /// `get_num_transfer_tokens`: `n / steps` per step, the first `n % steps` steps one more.
@@ -75,7 +75,7 @@ impl Scorer for LladaScorer {
             set_neg_inf(logits, self.eot);
         }
         let confidence = match self.remasking {
-            Remasking::LowConfidence => softmax(logits)[token],
+            Remasking::LowConfidence => probability_of(logits, token),
             Remasking::Random => rng.random::<f64>(),
         };
         (token as u32, confidence)

@@ -4,8 +4,17 @@
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::kernels::activation::{exp_shifted_f64_inplace, max_f64, sum_exp_shifted_f64};
+
 /// Index of the largest value; ties go to the lowest index (as `torch.argmax`); NaN never wins.
 pub fn argmax(x: &[f64]) -> usize {
+    // The vectorised max, then its first occurrence: two streaming passes instead of a
+    // compare-and-branch per vocabulary entry.
+    let max = max_f64(x);
+    if let Some(i) = x.iter().position(|&v| v == max) {
+        return i;
+    }
+    // Only NaN entries (max_f64 skips them): the first rule below decides.
     let mut best = 0;
     for (i, &v) in x.iter().enumerate() {
         if v > x[best] || x[best].is_nan() {
@@ -17,16 +26,29 @@ pub fn argmax(x: &[f64]) -> usize {
 
 /// Softmax in f64; entries at −inf get probability 0.
 pub fn softmax(logits: &[f64]) -> Vec<f64> {
-    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let max = max_f64(logits);
     if !max.is_finite() {
         // All −inf (or empty): a uniform distribution is the only sensible answer.
         let n = logits.len().max(1) as f64;
         return vec![1.0 / n; logits.len()];
     }
-    let mut p: Vec<f64> = logits.iter().map(|&l| (l - max).exp()).collect();
-    let sum: f64 = p.iter().sum();
+    let mut p = logits.to_vec();
+    let sum = exp_shifted_f64_inplace(&mut p, max);
     p.iter_mut().for_each(|v| *v /= sum);
     p
+}
+
+/// `softmax(logits)[token]` without materialising the distribution (one pass for the max, one
+/// for the denominator): the confidence the decoders rank positions by.
+pub fn probability_of(logits: &[f64], token: usize) -> f64 {
+    let max = max_f64(logits);
+    if !max.is_finite() {
+        return 1.0 / logits.len().max(1) as f64;
+    }
+    match logits.get(token) {
+        Some(&l) => (l - max).exp() / sum_exp_shifted_f64(logits, max),
+        None => 0.0,
+    }
 }
 
 /// A uniform draw in (0, 1], so `ln` of it is finite-or-zero.
@@ -144,6 +166,60 @@ mod tests {
     #[test]
     fn argmax_takes_first_of_ties() {
         assert_eq!(argmax(&[1.0, 3.0, 3.0]), 1);
+    }
+
+    /// The plain loop the fast [`argmax`] must agree with.
+    fn argmax_loop(x: &[f64]) -> usize {
+        let mut best = 0;
+        for (i, &v) in x.iter().enumerate() {
+            if v > x[best] || x[best].is_nan() {
+                best = i;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn argmax_agrees_with_the_plain_loop_on_nan_and_infinities() {
+        let nan = f64::NAN;
+        let inf = f64::INFINITY;
+        let cases: [&[f64]; 8] = [
+            &[nan, 1.0, 2.0],
+            &[1.0, nan, 1.0],
+            &[nan, nan],
+            &[-inf, -inf, -inf],
+            &[-inf, 0.5, inf, inf],
+            &[],
+            &[3.0],
+            &[0.1; 40],
+        ];
+        for x in cases {
+            assert_eq!(argmax(x), argmax_loop(x), "{x:?}");
+        }
+        // A vocabulary-sized row whose maximum appears twice, past the vector width.
+        let mut row: Vec<f64> = (0..126_464).map(|i| ((i * 7919) % 1013) as f64 / 100.0).collect();
+        row[70_001] = 11.0;
+        row[90_000] = 11.0;
+        assert_eq!(argmax(&row), 70_001);
+        assert_eq!(argmax(&row), argmax_loop(&row));
+    }
+
+    #[test]
+    fn probability_of_is_the_softmax_entry() {
+        let row: Vec<f64> = (0..5000).map(|i| ((i * 31) % 97) as f64 / 7.0 - 3.0).collect();
+        let p = softmax(&row);
+        let naive_max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let naive_sum: f64 = row.iter().map(|&l| (l - naive_max).exp()).sum();
+        for t in [0, 17, 4999] {
+            let want = (row[t] - naive_max).exp() / naive_sum;
+            assert!((probability_of(&row, t) - want).abs() <= 1e-12 * want, "token {t}");
+            assert!((p[t] - want).abs() <= 1e-12 * want, "softmax entry {t}");
+        }
+        assert_eq!(probability_of(&row, 5000), 0.0);
+        assert_eq!(probability_of(&[f64::NEG_INFINITY; 4], 1), 0.25);
+        let mut banned = row.clone();
+        banned[17] = f64::NEG_INFINITY;
+        assert_eq!(probability_of(&banned, 17), 0.0);
     }
 
     #[test]

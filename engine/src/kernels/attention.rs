@@ -109,22 +109,30 @@ pub fn attention_with(simd: Simd, out: &mut [f32], a: AttnArgs, kt: &mut Vec<f32
     if kt.len() < need {
         kt.resize(need, 0.0);
     }
-    // Transpose K per KV head, 16 keys at a time (their rows stay in L1 across the d loop):
-    // kt[kh][d][j]; padded keys are zero (and masked in the kernels).
+    // Transpose K per KV head: kt[kh][d][j]; padded keys are zero (and masked in the kernels).
+    // By 16×16 tiles through a local buffer: each source line (16 dims of one key) and each
+    // destination line (16 keys of one dim) is touched once and whole. Walking rows or columns
+    // directly strides by the row width (KiBs), which maps every access to a few L1 sets and
+    // thrashes them: that cost more than the attention arithmetic at 8B shapes.
     kt[..need].par_chunks_mut(hd * nctxp).enumerate().for_each(|(kh, dst)| {
-        let mut jb = 0;
-        while jb < nctx {
-            let je = (jb + 16).min(nctx);
-            for d in 0..hd {
-                let col = &mut dst[d * nctxp + jb..d * nctxp + je];
-                for (jj, x) in col.iter_mut().enumerate() {
-                    *x = a.k[(jb + jj) * kw + kh * hd + d];
+        let mut tile = [[0.0f32; 16]; 16];
+        for jb in (0..nctx).step_by(16) {
+            let nj = (nctx - jb).min(16);
+            for db in (0..hd).step_by(16) {
+                let nd = (hd - db).min(16);
+                for (jj, t) in tile.iter_mut().enumerate().take(nj) {
+                    t[..nd].copy_from_slice(&a.k[(jb + jj) * kw + kh * hd + db..][..nd]);
+                }
+                for dd in 0..nd {
+                    let col = &mut dst[(db + dd) * nctxp + jb..][..nj];
+                    for (x, t) in col.iter_mut().zip(&tile) {
+                        *x = t[dd];
+                    }
                 }
             }
-            jb = je;
         }
-        for d in 0..hd {
-            dst[d * nctxp + nctx..(d + 1) * nctxp].iter_mut().for_each(|x| *x = 0.0);
+        for col in dst.chunks_exact_mut(nctxp) {
+            col[nctx..].iter_mut().for_each(|x| *x = 0.0);
         }
     });
     let kt: &[f32] = &kt[..need];
@@ -705,7 +713,12 @@ mod tests {
             let mut want = vec![0.0; nq * 64];
             attention_reference(&mut want, &q, &q_pos, &k, &v, &k_pos, shape, true);
             let mut got = vec![0.0; nq * 64];
-            attention_with(Simd::detect(), &mut got, AttnArgs { q: &q, q_pos: &q_pos, k: &k, v: &v, k_pos: &k_pos, shape, causal: true }, &mut kt);
+            attention_with(
+                Simd::detect(),
+                &mut got,
+                AttnArgs { q: &q, q_pos: &q_pos, k: &k, v: &v, k_pos: &k_pos, shape, causal: true },
+                &mut kt,
+            );
             for (x, y) in got.iter().zip(&want) {
                 assert!((x - y).abs() < 2e-5);
             }

@@ -74,6 +74,7 @@ impl Simd {
 /// fused `mul_add` without hardware FMA would be a libm call per element).
 pub trait MulAdd: Copy {
     fn mul_add(a: f32, b: f32, c: f32) -> f32;
+    fn mul_add64(a: f64, b: f64, c: f64) -> f64;
 }
 
 /// Hardware FMA (AVX2, AVX-512, NEON variants).
@@ -88,10 +89,18 @@ impl MulAdd for Fused {
     fn mul_add(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
     }
+    #[inline(always)]
+    fn mul_add64(a: f64, b: f64, c: f64) -> f64 {
+        a.mul_add(b, c)
+    }
 }
 impl MulAdd for Unfused {
     #[inline(always)]
     fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+    #[inline(always)]
+    fn mul_add64(a: f64, b: f64, c: f64) -> f64 {
         a * b + c
     }
 }
@@ -121,6 +130,55 @@ pub fn exp_approx<F: MulAdd>(x: f32) -> f32 {
     let bits = t.to_bits().wrapping_sub(0x4B40_0000).wrapping_add(127) << 23;
     let y = p * f32::from_bits(bits);
     if x < -87.336_55 {
+        0.0
+    } else {
+        y
+    }
+}
+
+/// `e^x` in f64 to ~1 ulp for `x ≥ -708.39`, exactly 0 below (and for `-inf`): `x = n·ln 2 + r`
+/// (Cody-Waite split of ln 2), `e^r` by its Taylor series to `r^13` (|r| ≤ ln2/2, so the
+/// truncation error is below 0.05 ulp), scaled by `2^n` built in the exponent bits. Written for
+/// the vectoriser like [`exp_approx`]; the confidence of a token is a softmax over the whole
+/// vocabulary in f64 (the reference decoders' precision), so this runs once per vocabulary entry.
+#[inline(always)]
+pub fn exp_f64<F: MulAdd>(x: f64) -> f64 {
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    // ln 2 with its low 32 bits cleared, and the rest: n·LN2_HI is exact for |n| < 2^21.
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_9e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    // 1.5·2^52: adding it rounds to an integer held in the low mantissa bits.
+    const MAGIC: f64 = 6_755_399_441_055_744.0;
+    const LOW: f64 = -708.39;
+    let xc = x.clamp(LOW, 709.78);
+    let t = F::mul_add64(xc, LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let r = F::mul_add64(n, -LN2_HI, xc);
+    let r = F::mul_add64(n, -LN2_LO, r);
+    // 1/k! for k = 13 down to 2.
+    const C: [f64; 12] = [
+        1.0 / 6_227_020_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+    ];
+    let mut p = C[0];
+    for &c in &C[1..] {
+        p = F::mul_add64(p, r, c);
+    }
+    let p = F::mul_add64(p, r * r, r) + 1.0;
+    // n sits in the low bits of t's bit pattern; n ≥ -1022 after the clamp, so 2^n is normal.
+    let bits = (t.to_bits().wrapping_sub(MAGIC.to_bits()).wrapping_add(1023)) << 52;
+    let y = p * f64::from_bits(bits);
+    if x < LOW {
         0.0
     } else {
         y
@@ -184,6 +242,26 @@ mod tests {
         assert_eq!(exp_approx::<Unfused>(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp_approx::<Unfused>(-100.0), 0.0);
         assert_eq!(exp_approx::<Fused>(0.0), 1.0);
+    }
+
+    #[test]
+    fn exp_f64_is_within_an_ulp_or_two_of_libm() {
+        let mut worst = 0.0f64;
+        let mut x = -708.0f64;
+        while x < 709.0 {
+            for f in [exp_f64::<Fused>(x), exp_f64::<Unfused>(x)] {
+                let want = x.exp();
+                worst = worst.max(((f - want) / want).abs());
+            }
+            x += 0.001_37;
+        }
+        assert!(worst < 4.0 * f64::EPSILON, "relative error {worst}");
+        for x in [0.0, -1e-300, 1e-300, 0.5, -0.5, 1.0] {
+            assert!((exp_f64::<Fused>(x) - x.exp()).abs() <= 2.0 * f64::EPSILON * x.exp(), "{x}");
+        }
+        assert_eq!(exp_f64::<Fused>(0.0), 1.0);
+        assert_eq!(exp_f64::<Unfused>(f64::NEG_INFINITY), 0.0);
+        assert_eq!(exp_f64::<Fused>(-800.0), 0.0);
     }
 }
 
@@ -298,7 +376,10 @@ pub mod vx86 {
             p = Z::fma(p, r, Z::splat(1.666_666_5e-1));
             p = Z::fma(p, r, Z::splat(5.000_000_1e-1));
             let p = Z::add(Z::fma(p, Z::mul(r, r), r), Z::splat(1.0));
-            let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t.0), _mm512_set1_epi32(0x4B40_0000)), _mm512_set1_epi32(127)));
+            let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+                _mm512_sub_epi32(_mm512_castps_si512(t.0), _mm512_set1_epi32(0x4B40_0000)),
+                _mm512_set1_epi32(127),
+            ));
             let y = Z::mul(p, Z(_mm512_castsi512_ps(bits)));
             Z(_mm512_maskz_mov_ps(!_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x.0, _mm512_set1_ps(-87.336_55)), y.0))
         }
@@ -370,7 +451,10 @@ pub mod vx86 {
             p = Y::fma(p, r, Y::splat(1.666_666_5e-1));
             p = Y::fma(p, r, Y::splat(5.000_000_1e-1));
             let p = Y::add(Y::fma(p, Y::mul(r, r), r), Y::splat(1.0));
-            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_sub_epi32(_mm256_castps_si256(t.0), _mm256_set1_epi32(0x4B40_0000)), _mm256_set1_epi32(127)));
+            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_sub_epi32(_mm256_castps_si256(t.0), _mm256_set1_epi32(0x4B40_0000)),
+                _mm256_set1_epi32(127),
+            ));
             let y = Y::mul(p, Y(_mm256_castsi256_ps(bits)));
             Y(_mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x.0, _mm256_set1_ps(-87.336_55)), y.0))
         }
