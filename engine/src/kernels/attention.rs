@@ -112,8 +112,7 @@ pub fn attention_with(simd: Simd, out: &mut [f32], a: AttnArgs, kt: &mut Vec<f32
     // Transpose K per KV head: kt[kh][d][j]; padded keys are zero (and masked in the kernels).
     // By 16×16 tiles through a local buffer: each source line (16 dims of one key) and each
     // destination line (16 keys of one dim) is touched once and whole. Walking rows or columns
-    // directly strides by the row width (KiBs), which maps every access to a few L1 sets and
-    // thrashes them: that cost more than the attention arithmetic at 8B shapes.
+    // directly strides by the row width (KiBs), which maps the accesses to a few L1 sets.
     kt[..need].par_chunks_mut(hd * nctxp).enumerate().for_each(|(kh, dst)| {
         let mut tile = [[0.0f32; 16]; 16];
         for jb in (0..nctx).step_by(16) {
