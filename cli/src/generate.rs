@@ -167,10 +167,7 @@ fn report(o: &RunOutcome, out: &OutputArgs, backend: &str, executor: &str, run_i
     println!("{}", o.text.trim());
     if o.text.trim().is_empty() {
         // A blank line alone reads as a hang or a crash; say what happened.
-        eprintln!(
-            "note: the answer is empty: the model ended its reply at once. A chat model given a \
-             question without its chat template (--raw) often does; --raw suits text to continue."
-        );
+        eprintln!("note: the answer is empty: the model ended its reply at once.");
     }
     if out.stats {
         let sim = d.simulated_s.map(|s| format!(", {:.1} ms simulated NPU time", s * 1e3)).unwrap_or_default();
@@ -283,7 +280,14 @@ pub fn run_generate(
     let ids = c.session.prompt_ids(if raw { RunPrompt::Raw(prompt) } else { RunPrompt::Chat(&messages) })?;
     let (o, run_id) = recorded_run(&mut c, prompt, &ids, &settings, out)?;
     let executor = c.session.executor().name();
-    report(&o, out, &c.session.backend().to_string(), &executor, run_id)
+    report(&o, out, &c.session.backend().to_string(), &executor, run_id)?;
+    if raw && !out.json && o.text.trim().is_empty() {
+        eprintln!(
+            "note: --raw sends no chat template; a chat model given a question that way often ends \
+             at once. --raw suits text to continue."
+        );
+    }
+    Ok(())
 }
 
 /// `unmask chat`: one reply per input line until EOF or /quit; each reply is a recorded run.
