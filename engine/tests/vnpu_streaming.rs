@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use unmask_engine::backend::cpu::CpuBackend;
+use unmask_engine::backend::vnpu::calibrate::synthetic_transformer;
 use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
 use unmask_engine::backend::Backend;
 use unmask_engine::memory::weight_stream::SLOTS;
@@ -118,14 +119,19 @@ fn resident_model_does_not_stream() {
 }
 
 /// The staging thread really runs beside compute: some copy time of a streamed forward overlaps
-/// a layer's compute. On a loaded 2-core machine (other tests run beside this one) the scheduler
-/// can hold the staging thread back until a tiny model's layer has finished, so overlap must show
-/// up in one of several forwards.
+/// a layer's compute. The model has more streamed layers than slots, so the third layer's copy can
+/// only start once the first layer's compute has handed its slot back, i.e. while the second layer
+/// computes. On a loaded 2-core machine (other tests run beside this one) the scheduler can still
+/// hold the staging thread back, so overlap must show up in one of several forwards.
 #[test]
 fn staging_thread_overlaps_copies_with_compute() {
-    // With two slots, copies can only overlap compute when more than two fills happen: the
-    // smallest budget that still plans streams every layer and the head.
-    let m = model("llada");
+    let mut cfg = model("llada").config.clone();
+    cfg.n_layers = 6;
+    cfg.hidden = 128;
+    cfg.head_dim = 32;
+    cfg.rotary_dim = 32;
+    cfg.ffn = 512;
+    let m = Arc::new(synthetic_transformer(&cfg, 11).unwrap());
     let shape = StepShape { tokens: 20, context: 20, logit_rows: 20 };
     let full = m.weights.matrix_bytes() as u64;
     let (mut budget, mut best) = (full * 2, None);
@@ -135,15 +141,15 @@ fn staging_thread_overlaps_copies_with_compute() {
         let mut npu = VirtualNpu::new(m.clone(), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap();
         match npu.stream_plan(shape) {
             Ok(p) => {
-                let fills = p.layers.iter().filter(|l| !l.is_empty()).count() + usize::from(p.head);
-                if fills > 2 {
+                if p.layers.iter().filter(|l| !l.is_empty()).count() > SLOTS {
                     best = Some(npu);
+                    break;
                 }
             }
             Err(_) => break,
         }
     }
-    let mut npu = best.expect("a budget that streams more than two layers");
+    let mut npu = best.expect("a budget that streams more layers than there are slots");
     let vocab = m.config.vocab as u32;
     let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % vocab).collect();
     let pos: Vec<usize> = (0..20).collect();
