@@ -9,9 +9,12 @@
 //! - `data`   `[panel][kp/4][row 0..16][4]` i8: each k-quad of a panel is 64 bytes, exactly the i8
 //!   operand of one `vpdpbusd` zmm (16 lanes = 16 output rows, 4 k each) or two AVX2 ymm halves.
 //! - `scales` `[panel][group][row 0..16]` f32: one zmm of weight scales per group.
-//! - `comp`   `[panel·16 + row]` f32 = 128·Σ_g sw·Σ_{k∈g} qw: VNNI multiplies *unsigned* by signed
-//!   bytes, so that kernel feeds `qx + 128` and subtracts this term once per output instead of per
-//!   block (the offset's contribution is linear in the weights).
+//!
+//! VNNI multiplies *unsigned* by signed bytes. Its kernel turns each weight code into `qw + 128`
+//! in registers (`xor 0x80`; a +8-biased nibble gets + 120) and broadcasts the signed activation
+//! codes straight from memory into `vpdpbusd` (no separate broadcast instruction); the offset adds
+//! `128·Σ_{k∈g} qx` to each group's sum, so the accumulators start from minus that (per group and
+//! per row, computed with the quantised activations, [`QuantizedRows`]).
 //!
 //! Kernels: AVX-512 VNNI (`vpdpbusd`), AVX2 (`vpsignb` sign trick + `vpmaddubsw` + `vpmaddwd`, codes
 //! kept in ±127 so the i16 pair sums cannot saturate), aarch64 NEON `sdot` and i8mm `smmla`
@@ -23,10 +26,8 @@
 //! the 64-byte block of k-oct `o` holds quad `2o` in the low and quad `2o+1` in the high nibbles
 //! (codes +8), so the x86 kernels unpack two `Quad4` operands per load and run unchanged after.
 //!
-//! Measured (AMD EPYC Zen 4 KVM guest, 1 thread, load avg ~3.8 on 2 cores, dev profile, 4096×4096,
-//! `bench/run kernels --quick`): VNNI per-row 376 GOP/s at m = 64 (0.82 of the 461 GOP/s `vpdpbusd`
-//! peak of the same run), block-32 (Q8_0/Q4_0/Q4_K) 285–300 GOP/s (0.62–0.65: a `vcvtdq2ps` + `vfmadd`
-//! per accumulator per 8 `vpdpbusd`), AVX2 ~80, scalar ~1. Int8 logits on the golden tiny models stay
+//! Rates per shape and kernel, as fractions of a `vpdpbusd` peak measured in the same run, are in
+//! `bench/results/kernels.json` (`bench/run kernels`). Int8 logits on the golden tiny models stay
 //! within 2.8% of the largest |logit| (`tests/kernels_int8_accuracy.rs`).
 
 //!
@@ -45,10 +46,10 @@ mod reference;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-pub use activations::{quantize_row_reference, quantize_row_with, QuantizedRows};
+pub use activations::{quantize_row_reference, quantize_row_with, vnni_offset, QuantizedRows, VNNI_TILE_ROWS};
 pub use format::{Int8Weights, Layout, ScaleGroup, PANEL};
-pub use reference::{quantize_into, reference_gemm};
 use reference::scalar_panels;
+pub use reference::{quantize_into, reference_gemm};
 
 /// Instruction set of an int8 kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

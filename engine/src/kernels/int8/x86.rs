@@ -2,110 +2,206 @@
 
 use std::arch::x86_64::*;
 
-use super::{Int8Weights, QuantizedRows, PANEL};
+use super::{Int8Weights, QuantizedRows, PANEL, VNNI_TILE_ROWS};
 
-/// Activation rows per VNNI tile: 6 rows × 2 panels = 12 i32 + 12 f32 accumulators in zmm.
-const MR_VNNI: usize = 6;
+/// Rows per VNNI tile: 12 × (2 panels with per-row scales, 1 panel with scale groups) i32
+/// accumulators, plus 12 f32 running sums with groups; 24–28 of the 32 zmm.
+const MR_VNNI: usize = VNNI_TILE_ROWS;
+/// Bytes ahead of the current weight quad to prefetch in each panel: the hardware prefetcher
+/// alone left the loads of a second panel stream waiting on L2.
+const PREFETCH: usize = 1024;
+const MR_GROUPED: usize = 6;
 /// Activation rows per AVX2 tile (16 ymm registers: 2·MR i32 + 2·MR f32 + operands).
 const MR_AVX2: usize = 3;
 
+/// `$body` once per index `$r` in `0..$mr` (`$mr` ≤ 12 a constant), unrolled by the macro: LLVM
+/// leaves a 12-row loop rolled, and accumulators indexed in a loop would live on the stack.
+macro_rules! each_row {
+    ($mr:expr, $r:ident, $body:block) => {
+        each_row!(@ $mr, $r, $body, 0 1 2 3 4 5 6 7 8 9 10 11)
+    };
+    (@ $mr:expr, $r:ident, $body:block, $($i:literal)*) => {
+        $( if $i < $mr { let $r: usize = $i; $body } )*
+    };
+}
+
 /// Runs VNNI tiles over panels `p0..p1` (at most 2) for all `m` rows.
+///
+/// Tiles are 12 rows (the activation layout's tiles). Per-row scales: 12 × 2 panels, the f32
+/// result formed once at the end. Scale groups: 12 × 1 panel with 12 running f32 sums, so each
+/// weight load still feeds 12 `vpdpbusd` (6 × 2 would re-read every weight line from L2 twice as
+/// often; 12 × 2 would have to keep the f32 sums in memory).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn vnni_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
     let np = p1 - p0;
+    let grouped = w.n_groups() > 1;
     let mut i = 0;
     while i < m {
         let mr = (m - i).min(MR_VNNI);
+        let x = xq.data.as_ptr().wrapping_add(i * w.kp);
         macro_rules! go {
-            ($($a:literal, $b:literal);*) => {
-                match (mr, np) {
-                    $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true>(w, xq, i, p0, y),
-                      ($a, $b) => vnni_tile::<$a, $b, false>(w, xq, i, p0, y),)*
-                    _ => unreachable!(),
+            ($mr:expr, $i:expr, $x:expr, $xs:expr, $p:expr, $np:literal, $g:literal) => {
+                match $mr {
+                    1 if w.nibbles => vnni_tile::<1, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    2 if w.nibbles => vnni_tile::<2, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    3 if w.nibbles => vnni_tile::<3, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    4 if w.nibbles => vnni_tile::<4, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    5 if w.nibbles => vnni_tile::<5, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    6 if w.nibbles => vnni_tile::<6, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    7 if w.nibbles => vnni_tile::<7, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    8 if w.nibbles => vnni_tile::<8, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    9 if w.nibbles => vnni_tile::<9, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    10 if w.nibbles => vnni_tile::<10, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    11 if w.nibbles => vnni_tile::<11, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    _ if w.nibbles => vnni_tile::<12, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
+                    1 => vnni_tile::<1, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    2 => vnni_tile::<2, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    3 => vnni_tile::<3, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    4 => vnni_tile::<4, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    5 => vnni_tile::<5, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    6 => vnni_tile::<6, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    7 => vnni_tile::<7, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    8 => vnni_tile::<8, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    9 => vnni_tile::<9, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    10 => vnni_tile::<10, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    11 => vnni_tile::<11, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
+                    _ => vnni_tile::<12, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
                 }
             };
         }
-        go!(1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 1,2; 2,2; 3,2; 4,2; 5,2; 6,2);
+        if grouped {
+            // Equal sub-tiles (8 rows: 4 + 4, not 6 + 2, which would reuse each weight load twice).
+            let base = mr.div_ceil(mr.div_ceil(MR_GROUPED));
+            let mut r0 = 0;
+            while r0 < mr {
+                let sub = (mr - r0).min(base);
+                let xs = x.wrapping_add(4 * r0);
+                if np == 2 {
+                    go!(sub, i + r0, xs, 4 * mr, p0, 2, true);
+                } else {
+                    go!(sub, i + r0, xs, 4 * mr, p0, 1, true);
+                }
+                r0 += sub;
+            }
+        } else if np == 2 {
+            go!(mr, i, x, 4 * mr, p0, 2, false);
+        } else {
+            go!(mr, i, x, 4 * mr, p0, 1, false);
+        }
         i += mr;
     }
 }
 
-/// One MR×(NP·16) tile: rows `i0..i0+MR` of x against panels `p0..p0+NP`, all of k.
+/// One MR×(NP·16) tile: rows `i0..i0+MR` of x (whose interleaved activations start at `x`, see
+/// [`QuantizedRows`]) against panels `p0..p0+NP`, all of k.
 ///
 /// Pointers advance with `wrapping_add` and loads are full-mask masked loads: the dev profile
 /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
 /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 ///
 /// `NIB`: 4-bit codes (+8 biased, quad 2o low / 2o+1 high nibbles of 64-byte oct o), unpacked in
-/// registers (`and`, `srli`, `sub`) and then used exactly like the int8 codes.
-unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool>(
+/// registers (`and`, `srli`, `add`). `GROUPED`: one scale per 32 k (else one per row, and
+/// the integer sums run over all of k).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GROUPED: bool>(
     w: &Int8Weights,
     xq: &QuantizedRows,
     i0: usize,
+    x: *const u8,
+    x_step: usize,
     p0: usize,
     y: *mut f32,
 ) {
     let (kp, ng) = (w.kp, w.n_groups());
     let quads = w.group / 4;
     let pstride = if NIB { kp * PANEL / 2 } else { kp * PANEL };
-    let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
+    // Weight codes as the unsigned operand: qw + 128 (`xor 0x80`; a nibble holds qw + 8, so + 120).
+    let (low4, flip, nib_to_u8) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(-128), _mm512_set1_epi8(120));
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
     let mut wp = w.data.as_ptr().wrapping_add(p0 * pstride);
     let sb = w.scales.as_ptr().wrapping_add(p0 * ng * PANEL);
-    let mut xr = [xq.data.as_ptr(); MR];
-    for (r, x) in xr.iter_mut().enumerate() {
-        *x = x.wrapping_add((i0 + r) * kp);
-    }
+    let goffs = xq.group_offsets.as_ptr();
+    let gpr = kp / 32;
+    let mut xp = x;
     let mut facc = [[_mm512_setzero_ps(); NP]; MR];
+    let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
+    if !GROUPED {
+        each_row!(MR, r, {
+            let start = _mm512_set1_epi32(xq.row_offsets[i0 + r]);
+            each_row!(NP, p, {
+                iacc[r][p] = start;
+            });
+        });
+    }
     for g in 0..ng {
-        let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
+        if GROUPED {
+            each_row!(MR, r, {
+                // SAFETY: row i0+r < m and group g < kp/32: inside `group_offsets` ([m][kp/32]).
+                let start = _mm512_set1_epi32(goffs.wrapping_add((i0 + r) * gpr + g).read());
+                each_row!(NP, p, {
+                    iacc[r][p] = start;
+                });
+            });
+        }
         for _ in 0..steps {
             let mut wv = [[_mm512_setzero_si512(); NP]; 2];
-            for p in 0..NP {
+            each_row!(NP, p, {
+                let at = wp.wrapping_add(p * pstride);
                 // SAFETY: panel p0+p < n_panels and the current quad (int8) or oct (4-bit)
-                // < kp/4 or kp/8: 64 bytes inside `data`.
-                let raw = _mm512_maskz_loadu_epi32(0xFFFF, wp.wrapping_add(p * pstride) as *const i32);
+                // < kp/4 or kp/8: 64 bytes inside `data`. A prefetch never faults.
+                let raw = _mm512_maskz_loadu_epi32(0xFFFF, at as *const i32);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH) as *const i8);
                 if NIB {
-                    wv[0][p] = _mm512_sub_epi8(_mm512_and_si512(raw, low4), eight);
-                    wv[1][p] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), eight);
+                    wv[0][p] = _mm512_add_epi8(_mm512_and_si512(raw, low4), nib_to_u8);
+                    wv[1][p] = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), nib_to_u8);
                 } else {
-                    wv[0][p] = raw;
+                    wv[0][p] = _mm512_xor_si512(raw, flip);
                 }
-            }
+            });
             for wq in wv.iter().take(subs) {
-                for (acc, x) in iacc.iter_mut().zip(xr.iter_mut()) {
-                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the activations.
-                    let xv = _mm512_set1_epi32(i32::from_le_bytes((*x as *const [u8; 4]).read()));
-                    *x = x.wrapping_add(4);
-                    for p in 0..NP {
-                        acc[p] = _mm512_dpbusd_epi32(acc[p], xv, wq[p]);
-                    }
-                }
+                each_row!(MR, r, {
+                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the
+                    // activations (tile layout of `QuantizedRows`).
+                    let xv = _mm512_set1_epi32(i32::from_le_bytes((xp.wrapping_add(4 * r) as *const [u8; 4]).read()));
+                    each_row!(NP, p, {
+                        iacc[r][p] = _mm512_dpbusd_epi32(iacc[r][p], wq[p], xv);
+                    });
+                });
+                xp = xp.wrapping_add(x_step);
             }
             wp = wp.wrapping_add(64);
         }
-        for p in 0..NP {
-            // SAFETY: group g of panel p0+p is inside `scales`.
-            let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL + g * PANEL));
-            for r in 0..MR {
-                facc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][p]), s, facc[r][p]);
-            }
+        if GROUPED {
+            each_row!(NP, p, {
+                // SAFETY: group g of panel p0+p is inside `scales`.
+                let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL + g * PANEL));
+                each_row!(MR, r, {
+                    facc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][p]), s, facc[r][p]);
+                });
+            });
         }
     }
+    if !GROUPED {
+        each_row!(NP, p, {
+            // SAFETY: the one group of panel p0+p is inside `scales`.
+            let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * PANEL));
+            each_row!(MR, r, {
+                facc[r][p] = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[r][p]), s);
+            });
+        });
+    }
     let n = w.n;
-    for p in 0..NP {
+    each_row!(NP, p, {
         let col0 = (p0 + p) * PANEL;
         let valid = (n - col0).min(PANEL);
         let mask: u16 = if valid == PANEL { 0xFFFF } else { (1u16 << valid) - 1 };
-        // SAFETY: `comp` has n_panels·16 entries.
-        let c = _mm512_maskz_loadu_ps(0xFFFF, w.comp.as_ptr().wrapping_add(col0));
-        for r in 0..MR {
-            let v = _mm512_mul_ps(_mm512_sub_ps(facc[r][p], c), _mm512_set1_ps(xq.scales[i0 + r]));
-            // SAFETY: masked to the valid columns of row i0+r < m; this task owns these columns.
-            _mm512_mask_storeu_ps(y.wrapping_add((i0 + r) * n + col0), mask, v);
-        }
-    }
+        each_row!(MR, r, {
+            let row = i0 + r;
+            let v = _mm512_mul_ps(facc[r][p], _mm512_set1_ps(xq.scales[row]));
+            // SAFETY: masked to the valid columns of row < m; this task owns these columns.
+            _mm512_mask_storeu_ps(y.wrapping_add(row * n + col0), mask, v);
+        });
+    });
 }
 
 /// Runs AVX2 tiles over panels `p0..p1`, one panel (two ymm halves) at a time.
