@@ -1,7 +1,7 @@
 //! Per-row activation quantisation for the int8 kernels: absmax scale, round half away from zero
-//! (as [`super::quantize_into`], the reference), clamp to ±127 and zero padding to `kp`, in one
-//! pass per row; vectorised per instruction set ([`crate::kernels::simd::Simd`]). For the VNNI
-//! kernel, also the tile layout and the code sums per 32 k. Buffers are reused across calls
+//! (as [`super::quantize_into`], the reference), clamp to ±127, plus the VNNI kernel's +128
+//! offset and tile layout and zero padding to `kp`, in one pass per row; vectorised per
+//! instruction set ([`crate::kernels::simd::Simd`]). Buffers are reused across calls
 //! ([`QuantizedRows::fill`]).
 
 use rayon::prelude::*;
@@ -10,7 +10,7 @@ use crate::kernels::simd::{multiversion, Simd};
 
 use super::{quantize_into, Isa};
 
-/// Rows per VNNI tile, and per interleaved tile of the VNNI activation layout.
+/// Rows per tile of the VNNI activation layout (and per VNNI tile with per-row scales).
 pub const VNNI_TILE_ROWS: usize = 12;
 
 /// Quantised activations in the encoding and layout a kernel wants, plus one scale per row.
@@ -21,16 +21,11 @@ pub const VNNI_TILE_ROWS: usize = 12;
 /// one row is plain row-major.
 #[derive(Debug, Clone)]
 pub struct QuantizedRows {
-    /// Codes `qx` as i8 bits.
+    /// VNNI: `qx + 128` as u8; other kernels: `qx` as i8 bits.
     pub data: Vec<u8>,
     pub scales: Vec<f32>,
     pub kp: usize,
     pub isa: Isa,
-    /// VNNI only: `-128·Σ qx` per row and 32-k group, `[m][kp/32]`: where the kernel's accumulators
-    /// start, cancelling the +128 its unsigned weight operand adds to every code.
-    pub group_offsets: Vec<i32>,
-    /// VNNI only: `-128·Σ qx` per row over all of k.
-    pub row_offsets: Vec<i32>,
     /// Row-major staging for the VNNI interleave (grown, never shrunk).
     rows: Vec<u8>,
 }
@@ -38,18 +33,13 @@ pub struct QuantizedRows {
 /// Rows below which quantisation stays on the calling thread (the fork costs more).
 const PAR_MIN_ELEMS: usize = 1 << 16;
 
+/// One VNNI tile's buffers in [`QuantizedRows::fill`]: codes, staging rows, scales, input rows.
+type TileBufs<'a> = (((&'a mut [u8], &'a mut [u8]), &'a mut [f32]), &'a [f32]);
+
 impl QuantizedRows {
     /// An empty buffer (grows on the first [`QuantizedRows::fill`]).
     pub fn empty() -> Self {
-        QuantizedRows {
-            data: Vec::new(),
-            scales: Vec::new(),
-            kp: 0,
-            isa: Isa::Scalar,
-            group_offsets: Vec::new(),
-            row_offsets: Vec::new(),
-            rows: Vec::new(),
-        }
+        QuantizedRows { data: Vec::new(), scales: Vec::new(), kp: 0, isa: Isa::Scalar, rows: Vec::new() }
     }
 
     /// Quantises `m` rows of `x[m][k]` per row for kernel `isa`, zero-padding to `kp`.
@@ -71,58 +61,61 @@ impl QuantizedRows {
         }
         self.kp = kp;
         self.isa = isa;
-        let vnni = isa == Isa::Avx512Vnni;
-        let offset = 0;
         let simd = Simd::detect();
-        if vnni && m > 1 && self.rows.len() < m * kp {
+        let (data, scales) = (&mut self.data[..m * kp], &mut self.scales[..m]);
+        let par = m * k >= PAR_MIN_ELEMS;
+        if isa != Isa::Avx512Vnni || m == 1 {
+            let offset = if isa == Isa::Avx512Vnni { 128u8 } else { 0 };
+            if par {
+                data.par_chunks_mut(kp).zip(scales.par_iter_mut()).zip(x.par_chunks(k)).for_each(|((d, s), xr)| {
+                    *s = quantize_row_with(simd, xr, d, offset);
+                });
+            } else {
+                for ((d, s), xr) in data.chunks_mut(kp).zip(scales.iter_mut()).zip(x.chunks(k)) {
+                    *s = quantize_row_with(simd, xr, d, offset);
+                }
+            }
+            return;
+        }
+        // VNNI: per tile of rows, quantise row-major into the staging rows, then interleave.
+        if self.rows.len() < m * kp {
             self.rows.resize(m * kp, 0);
         }
-        let data = if vnni && m > 1 { &mut self.rows[..m * kp] } else { &mut self.data[..m * kp] };
-        let scales = &mut self.scales[..m];
-        if m * k >= PAR_MIN_ELEMS {
-            data.par_chunks_mut(kp).zip(scales.par_iter_mut()).zip(x.par_chunks(k)).for_each(|((d, s), xr)| {
-                *s = quantize_row_with(simd, xr, d, offset);
-            });
+        let t = VNNI_TILE_ROWS;
+        let rows = &mut self.rows[..m * kp];
+        let one = |(((d, st), s), xt): TileBufs| {
+            for ((stage, sc), xr) in st.chunks_exact_mut(kp).zip(s.iter_mut()).zip(xt.chunks_exact(k)) {
+                *sc = quantize_row_with(simd, xr, stage, 128);
+            }
+            interleave_tile(st, d, kp);
+        };
+        if par {
+            data.par_chunks_mut(t * kp)
+                .zip(rows.par_chunks_mut(t * kp))
+                .zip(scales.par_chunks_mut(t))
+                .zip(x[..m * k].par_chunks(t * k))
+                .for_each(one);
         } else {
-            for ((d, s), xr) in data.chunks_mut(kp).zip(scales.iter_mut()).zip(x.chunks(k)) {
-                *s = quantize_row_with(simd, xr, d, offset);
-            }
-        }
-        if vnni {
-            let codes = if m > 1 { &self.rows[..m * kp] } else { &self.data[..m * kp] };
-            code_offsets(codes, kp, &mut self.group_offsets, &mut self.row_offsets);
-            if m > 1 {
-                interleave_tiles(&self.rows[..m * kp], &mut self.data[..m * kp], m, kp);
-            }
+            data.chunks_mut(t * kp)
+                .zip(rows.chunks_mut(t * kp))
+                .zip(scales.chunks_mut(t))
+                .zip(x[..m * k].chunks(t * k))
+                .for_each(one);
         }
     }
 
     /// Wraps codes `qx[m][kp]` (±127) and scales as given (tests).
     pub fn from_codes(qx: &[i8], scales: &[f32], kp: usize, isa: Isa) -> Self {
-        let rows: Vec<u8> = qx.iter().map(|&v| v.max(-127) as u8).collect();
+        let offset = if isa == Isa::Avx512Vnni { 128u8 } else { 0 };
+        let rows: Vec<u8> = qx.iter().map(|&v| (v.max(-127) as u8).wrapping_add(offset)).collect();
         let mut data = rows.clone();
-        let (mut group_offsets, mut row_offsets) = (Vec::new(), Vec::new());
         if isa == Isa::Avx512Vnni {
-            code_offsets(&rows, kp, &mut group_offsets, &mut row_offsets);
-            interleave_tiles(&rows, &mut data, rows.len() / kp.max(1), kp);
+            let t = VNNI_TILE_ROWS;
+            for (st, d) in rows.chunks(t * kp).zip(data.chunks_mut(t * kp)) {
+                interleave_tile(st, d, kp);
+            }
         }
-        QuantizedRows { data, scales: scales.to_vec(), kp, isa, group_offsets, row_offsets, rows: Vec::new() }
-    }
-}
-
-/// `-128·Σ` of the i8 codes of row-major `codes[m][kp]` per row and 32-k group, and per row
-/// (exact while 128·127·kp < 2³¹, i.e. kp < 132,000).
-fn code_offsets(codes: &[u8], kp: usize, group_offsets: &mut Vec<i32>, row_offsets: &mut Vec<i32>) {
-    group_offsets.clear();
-    row_offsets.clear();
-    for row in codes.chunks_exact(kp) {
-        let mut total = 0i32;
-        for g in row.chunks_exact(32) {
-            let s: i32 = g.iter().map(|&b| b as i8 as i32).sum();
-            group_offsets.push(s.wrapping_mul(-128));
-            total = total.wrapping_add(s);
-        }
-        row_offsets.push(total.wrapping_mul(-128));
+        QuantizedRows { data, scales: scales.to_vec(), kp, isa, rows: Vec::new() }
     }
 }
 
@@ -133,23 +126,20 @@ pub fn vnni_offset(i: usize, t: usize, m: usize, kp: usize) -> usize {
     tile * VNNI_TILE_ROWS * kp + (t / 4) * mr * 4 + (i % VNNI_TILE_ROWS) * 4 + t % 4
 }
 
-/// Row-major `rows[m][kp]` into the VNNI tile layout.
-fn interleave_tiles(rows: &[u8], data: &mut [u8], m: usize, kp: usize) {
-    let tile_bytes = VNNI_TILE_ROWS * kp;
-    let one = |(src, dst): (&[u8], &mut [u8])| {
-        let mr = src.len() / kp;
-        for (r, row) in src.chunks_exact(kp).enumerate() {
-            for (q, quad) in row.chunks_exact(4).enumerate() {
-                let o = (q * mr + r) * 4;
-                dst[o..o + 4].copy_from_slice(quad);
-            }
+/// One tile's row-major codes `rows[mr][kp]` into its interleaved layout `[kp/4][mr][4]`.
+fn interleave_tile(rows: &[u8], tile: &mut [u8], kp: usize) {
+    let mr = rows.len() / kp;
+    assert!(tile.len() >= mr * kp && kp % 4 == 0 && mr <= VNNI_TILE_ROWS);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F detected; the lengths were asserted above.
+        unsafe { super::x86::interleave_tile(rows, tile, kp) };
+        return;
+    }
+    for (q, quads) in tile[..mr * kp].chunks_exact_mut(4 * mr).enumerate() {
+        for (r, quad) in quads.chunks_exact_mut(4).enumerate() {
+            quad.copy_from_slice(&rows[r * kp + 4 * q..r * kp + 4 * q + 4]);
         }
-    };
-    let (rows, data) = (&rows[..m * kp], &mut data[..m * kp]);
-    if m * kp >= PAR_MIN_ELEMS {
-        rows.par_chunks(tile_bytes).zip(data.par_chunks_mut(tile_bytes)).for_each(one);
-    } else {
-        rows.chunks(tile_bytes).zip(data.chunks_mut(tile_bytes)).for_each(one);
     }
 }
 
@@ -198,8 +188,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vnni_layout_holds_every_code_where_vnni_offset_says_and_the_offsets_cancel_128() {
-        for (m, k) in [(1usize, 40usize), (5, 64), (12, 33), (13, 96), (30, 32)] {
+    fn vnni_layout_holds_every_code_where_vnni_offset_says() {
+        for (m, k) in [(1usize, 40usize), (5, 64), (12, 33), (13, 96), (30, 32), (300, 320)] {
             let kp = k.div_ceil(32) * 32;
             let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
             let plain = QuantizedRows::from_f32(&x, m, k, kp, Isa::Scalar);
@@ -207,15 +197,8 @@ mod tests {
             assert_eq!(plain.scales, vnni.scales);
             for i in 0..m {
                 for t in 0..kp {
-                    assert_eq!(vnni.data[vnni_offset(i, t, m, kp)], plain.data[i * kp + t], "m {m} row {i} k {t}");
-                }
-                let codes = |r: std::ops::Range<usize>| -> i32 { plain.data[r].iter().map(|&b| b as i8 as i32).sum() };
-                assert_eq!(vnni.row_offsets[i], -128 * codes(i * kp..(i + 1) * kp));
-                for g in 0..kp / 32 {
-                    assert_eq!(
-                        vnni.group_offsets[i * kp / 32 + g],
-                        -128 * codes(i * kp + 32 * g..i * kp + 32 * (g + 1))
-                    );
+                    let want = plain.data[i * kp + t].wrapping_add(128);
+                    assert_eq!(vnni.data[vnni_offset(i, t, m, kp)], want, "m {m} row {i} k {t}");
                 }
             }
         }
@@ -226,11 +209,9 @@ mod tests {
         for k in [1usize, 15, 32, 100, 4096] {
             let kp = k.div_ceil(32) * 32;
             for (seed, scale) in [(1u64, 1.0f32), (2, 1e-3), (3, 0.0)] {
-                let mut x: Vec<f32> =
-                    (0..k).map(|i| (((i as u64 * 2654435761 + seed) % 2001) as f32 / 1000.0 - 1.0) * scale).collect();
+                let mut x: Vec<f32> = (0..k).map(|i| (((i as u64 * 2654435761 + seed) % 2001) as f32 / 1000.0 - 1.0) * scale).collect();
                 if k > 3 {
-                    x[3] = 0.5 * 127.0 / 127.0 * x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-                    // a tie
+                    x[3] = 0.5 * 127.0 / 127.0 * x.iter().fold(0.0f32, |a, v| a.max(v.abs())); // a tie
                 }
                 for offset in [0u8, 128] {
                     let mut want = vec![7u8; kp];

@@ -69,6 +69,7 @@ pub struct Int8Weights {
     pub nibbles: bool,
     pub(super) data: Vec<i8>,
     pub(super) scales: Vec<f32>,
+    pub(super) comp: Vec<f32>,
 }
 
 impl Int8Weights {
@@ -82,9 +83,9 @@ impl Int8Weights {
         self.kp / self.group
     }
 
-    /// Bytes held in memory (codes and scales).
+    /// Bytes held in memory (codes, scales, compensation).
     pub fn bytes(&self) -> usize {
-        self.data.len() + 4 * self.scales.len()
+        self.data.len() + 4 * (self.scales.len() + self.comp.len())
     }
 
     /// Overwrites these weights with `src`'s in place (no allocation; a staging-slot fill of the
@@ -92,12 +93,14 @@ impl Int8Weights {
     pub fn copy_from(&mut self, src: &Int8Weights) -> bool {
         let same = (self.n, self.k, self.kp, self.group, self.layout, self.nibbles)
             == (src.n, src.k, src.kp, src.group, src.layout, src.nibbles)
-            && (self.data.len(), self.scales.len()) == (src.data.len(), src.scales.len());
+            && (self.data.len(), self.scales.len(), self.comp.len())
+                == (src.data.len(), src.scales.len(), src.comp.len());
         if !same {
             return false;
         }
         self.data.copy_from_slice(&src.data);
         self.scales.copy_from_slice(&src.scales);
+        self.comp.copy_from_slice(&src.comp);
         self.source = src.source;
         true
     }
@@ -132,23 +135,34 @@ impl Int8Weights {
         let np = n.div_ceil(PANEL);
         let mut data = vec![0i8; np * kp * PANEL];
         let mut scales = vec![0.0f32; np * ng * PANEL];
-        data.par_chunks_mut(kp * PANEL).zip(scales.par_chunks_mut(ng * PANEL)).enumerate().for_each(|(p, (d, s))| {
-            let mut q = vec![0i8; kp];
-            let mut sc = vec![0.0f32; ng];
-            for r in 0..PANEL.min(n - p * PANEL) {
-                q.iter_mut().for_each(|v| *v = 0);
-                sc.iter_mut().for_each(|v| *v = 0.0);
-                row(p * PANEL + r, &mut q, &mut sc);
-                for (g, &sg) in sc.iter().enumerate() {
-                    for t in g * group..(g + 1) * group {
-                        // -128 would overflow the AVX2 sign trick; all our quantisers stay in ±127.
-                        d[layout.offset(r, t)] = q[t].max(-127);
+        let mut comp = vec![0.0f32; np * PANEL];
+        data.par_chunks_mut(kp * PANEL)
+            .zip(scales.par_chunks_mut(ng * PANEL))
+            .zip(comp.par_chunks_mut(PANEL))
+            .enumerate()
+            .for_each(|(p, ((d, s), c))| {
+                let mut q = vec![0i8; kp];
+                let mut sc = vec![0.0f32; ng];
+                for r in 0..PANEL.min(n - p * PANEL) {
+                    q.iter_mut().for_each(|v| *v = 0);
+                    sc.iter_mut().for_each(|v| *v = 0.0);
+                    row(p * PANEL + r, &mut q, &mut sc);
+                    let mut cr = 0.0f64;
+                    for (g, &sg) in sc.iter().enumerate() {
+                        let mut sum = 0i32;
+                        for t in g * group..(g + 1) * group {
+                            // -128 would overflow the AVX2 sign trick; all our quantisers stay in ±127.
+                            let v = q[t].max(-127);
+                            d[layout.offset(r, t)] = v;
+                            sum += v as i32;
+                        }
+                        s[g * PANEL + r] = sg;
+                        cr += 128.0 * sg as f64 * sum as f64;
                     }
-                    s[g * PANEL + r] = sg;
+                    c[r] = cr as f32;
                 }
-            }
-        });
-        Int8Weights { n, k, kp, group, source, layout, nibbles: false, data, scales }
+            });
+        Int8Weights { n, k, kp, group, source, layout, nibbles: false, data, scales, comp }
     }
 
     /// Quantises f32 rows (`row(j, out[k])`) to int8 codes with absmax scales per group.
@@ -240,7 +254,7 @@ impl Int8Weights {
 
     /// The 4-bit form of these weights; `Err(self)` unchanged unless they are `Quad4` with every
     /// code in [-8, 7] (Q4_0 repacks exactly so). Halves the code bytes (0.625 bytes per weight with the
-    /// block-32 f32 scales, against 1.125 as int8); scales are unchanged.
+    /// block-32 f32 scales, against 1.125 as int8); scales and compensation are unchanged.
     pub fn into_nibbles(self) -> Result<Self, Self> {
         if self.nibbles || self.layout != Layout::Quad4 || self.data.iter().any(|&q| !(-8..=7).contains(&q)) {
             return Err(self);

@@ -9,12 +9,9 @@
 //! - `data`   `[panel][kp/4][row 0..16][4]` i8: each k-quad of a panel is 64 bytes, exactly the i8
 //!   operand of one `vpdpbusd` zmm (16 lanes = 16 output rows, 4 k each) or two AVX2 ymm halves.
 //! - `scales` `[panel][group][row 0..16]` f32: one zmm of weight scales per group.
-//!
-//! VNNI multiplies *unsigned* by signed bytes. Its kernel turns each weight code into `qw + 128`
-//! in registers (`xor 0x80`; a +8-biased nibble gets + 120) and broadcasts the signed activation
-//! codes straight from memory into `vpdpbusd` (no separate broadcast instruction); the offset adds
-//! `128·Σ_{k∈g} qx` to each group's sum, so the accumulators start from minus that (per group and
-//! per row, computed with the quantised activations, [`QuantizedRows`]).
+//! - `comp`   `[panel·16 + row]` f32 = 128·Σ_g sw·Σ_{k∈g} qw: VNNI multiplies *unsigned* by signed
+//!   bytes, so that kernel feeds `qx + 128` and subtracts this term once per output instead of per
+//!   block (the offset's contribution is linear in the weights).
 //!
 //! Kernels: AVX-512 VNNI (`vpdpbusd`), AVX2 (`vpsignb` sign trick + `vpmaddubsw` + `vpmaddwd`, codes
 //! kept in ±127 so the i16 pair sums cannot saturate), aarch64 NEON `sdot` and i8mm `smmla`

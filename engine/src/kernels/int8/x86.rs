@@ -4,13 +4,16 @@ use std::arch::x86_64::*;
 
 use super::{Int8Weights, QuantizedRows, PANEL, VNNI_TILE_ROWS};
 
-/// Rows per VNNI tile: 12 × (2 panels with per-row scales, 1 panel with scale groups) i32
-/// accumulators, plus 12 f32 running sums with groups; 24–28 of the 32 zmm.
+/// Activation rows per VNNI tile with per-row scales: 12 rows × 2 panels = 24 i32 accumulators in
+/// zmm. Each 64-byte weight load feeds 12 `vpdpbusd` (half the L2 traffic of 6 rows).
 const MR_VNNI: usize = VNNI_TILE_ROWS;
-/// Bytes ahead of the current weight quad to prefetch in each panel: the hardware prefetcher
-/// alone left the loads of a second panel stream waiting on L2.
-const PREFETCH: usize = 1024;
+/// Rows per VNNI tile with scale groups: 12 i32 + 12 f32 accumulators.
 const MR_GROUPED: usize = 6;
+/// Bytes ahead of the current weight quad to prefetch in each panel: the hardware prefetcher
+/// alone left the loads of the second panel stream waiting on L2.
+const PREFETCH: usize = 1024;
+/// Panel bytes from which weights are prefetched.
+const PREFETCH_MIN_PANEL: usize = 16 * 1024;
 /// Activation rows per AVX2 tile (16 ymm registers: 2·MR i32 + 2·MR f32 + operands).
 const MR_AVX2: usize = 3;
 
@@ -27,121 +30,93 @@ macro_rules! each_row {
 
 /// Runs VNNI tiles over panels `p0..p1` (at most 2) for all `m` rows.
 ///
-/// Tiles are 12 rows (the activation layout's tiles). Per-row scales: 12 × 2 panels, the f32
-/// result formed once at the end. Scale groups: 12 × 1 panel with 12 running f32 sums, so each
-/// weight load still feeds 12 `vpdpbusd` (6 × 2 would re-read every weight line from L2 twice as
-/// often; 12 × 2 would have to keep the f32 sums in memory).
+/// Per-row scales: tiles of up to 12 rows (24 i32 accumulators; the f32 result is formed once,
+/// at the end). Scale groups: sub-tiles of up to 6 rows, whose running f32 sums take the other 12
+/// registers (12-row tiles would have to keep them in memory, and the load, convert, multiply-add
+/// and store per accumulator and group then cost more than the shorter weight reuse).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn vnni_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
     let np = p1 - p0;
     let grouped = w.n_groups() > 1;
+    let sub = if grouped { MR_GROUPED } else { MR_VNNI };
     let mut i = 0;
     while i < m {
-        let mr = (m - i).min(MR_VNNI);
-        let x = xq.data.as_ptr().wrapping_add(i * w.kp);
-        macro_rules! go {
-            ($mr:expr, $i:expr, $x:expr, $xs:expr, $p:expr, $np:literal, $g:literal) => {
-                match $mr {
-                    1 if w.nibbles => vnni_tile::<1, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    2 if w.nibbles => vnni_tile::<2, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    3 if w.nibbles => vnni_tile::<3, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    4 if w.nibbles => vnni_tile::<4, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    5 if w.nibbles => vnni_tile::<5, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    6 if w.nibbles => vnni_tile::<6, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    7 if w.nibbles => vnni_tile::<7, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    8 if w.nibbles => vnni_tile::<8, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    9 if w.nibbles => vnni_tile::<9, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    10 if w.nibbles => vnni_tile::<10, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    11 if w.nibbles => vnni_tile::<11, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    _ if w.nibbles => vnni_tile::<12, $np, true, $g>(w, xq, $i, $x, $xs, $p, y),
-                    1 => vnni_tile::<1, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    2 => vnni_tile::<2, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    3 => vnni_tile::<3, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    4 => vnni_tile::<4, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    5 => vnni_tile::<5, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    6 => vnni_tile::<6, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    7 => vnni_tile::<7, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    8 => vnni_tile::<8, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    9 => vnni_tile::<9, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    10 => vnni_tile::<10, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    11 => vnni_tile::<11, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                    _ => vnni_tile::<12, $np, false, $g>(w, xq, $i, $x, $xs, $p, y),
-                }
-            };
-        }
-        if grouped {
-            // Equal sub-tiles (8 rows: 4 + 4, not 6 + 2, which would reuse each weight load twice).
-            let base = mr.div_ceil(mr.div_ceil(MR_GROUPED));
-            let mut r0 = 0;
-            while r0 < mr {
-                let sub = (mr - r0).min(base);
-                let xs = x.wrapping_add(4 * r0);
-                if np == 2 {
-                    go!(sub, i + r0, xs, 4 * mr, p0, 2, true);
-                } else {
-                    go!(sub, i + r0, xs, 4 * mr, p0, 1, true);
-                }
-                r0 += sub;
+        // One tile of the activation layout: rows i..i+mr_l, quads interleaved with stride mr_l.
+        let mr_l = (m - i).min(MR_VNNI);
+        let tile = xq.data.as_ptr().wrapping_add(i * w.kp);
+        // Equal sub-tiles (8 rows with groups: 4 + 4, not 6 + 2, which would reuse each weight
+        // load only twice).
+        let base = mr_l.div_ceil(mr_l.div_ceil(sub));
+        let mut r0 = 0;
+        while r0 < mr_l {
+            let mr = (mr_l - r0).min(base);
+            let t = Tile { row: i + r0, x: tile.wrapping_add(4 * r0), x_step: 4 * mr_l, p0 };
+            macro_rules! go {
+                ($g:literal; $($a:literal, $b:literal);*) => {
+                    match (mr, np) {
+                        $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true, $g>(w, xq, t, y),
+                          ($a, $b) => vnni_tile::<$a, $b, false, $g>(w, xq, t, y),)*
+                        _ => unreachable!(),
+                    }
+                };
             }
-        } else if np == 2 {
-            go!(mr, i, x, 4 * mr, p0, 2, false);
-        } else {
-            go!(mr, i, x, 4 * mr, p0, 1, false);
+            if grouped {
+                go!(true; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 1,2; 2,2; 3,2; 4,2; 5,2; 6,2);
+            } else {
+                go!(false; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 7,1; 8,1; 9,1; 10,1; 11,1; 12,1;
+                    1,2; 2,2; 3,2; 4,2; 5,2; 6,2; 7,2; 8,2; 9,2; 10,2; 11,2; 12,2);
+            }
+            r0 += mr;
         }
-        i += mr;
+        i += mr_l;
     }
 }
 
-/// One MR×(NP·16) tile: rows `i0..i0+MR` of x (whose interleaved activations start at `x`, see
-/// [`QuantizedRows`]) against panels `p0..p0+NP`, all of k.
+/// Where a tile's rows start and how its activations are walked.
+#[derive(Clone, Copy)]
+struct Tile {
+    /// First output row.
+    row: usize,
+    /// The tile's first activation quad (row `row`, k 0..4).
+    x: *const u8,
+    /// Bytes from one quad of the tile's rows to the next (4 × rows of its layout tile).
+    x_step: usize,
+    /// First weight panel.
+    p0: usize,
+}
+
+/// One MR×(NP·16) tile: rows `t.row..t.row+MR` of x against panels `t.p0..t.p0+NP`, all of k.
 ///
 /// Pointers advance with `wrapping_add` and loads are full-mask masked loads: the dev profile
 /// (tests, `bench/run`) keeps debug assertions, and the overflow / `read_unaligned` checks of
 /// the plain forms would otherwise outnumber the `vpdpbusd`s in the inner loop.
 ///
 /// `NIB`: 4-bit codes (+8 biased, quad 2o low / 2o+1 high nibbles of 64-byte oct o), unpacked in
-/// registers (`and`, `srli`, `add`). `GROUPED`: one scale per 32 k (else one per row, and
-/// the integer sums run over all of k).
+/// registers (`and`, `srli`, `sub`) and then used exactly like the int8 codes. `GROUPED`: one scale
+/// per 32 k (else one per row, and the integer sums run over all of k).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GROUPED: bool>(
     w: &Int8Weights,
     xq: &QuantizedRows,
-    i0: usize,
-    x: *const u8,
-    x_step: usize,
-    p0: usize,
+    t: Tile,
     y: *mut f32,
 ) {
     let (kp, ng) = (w.kp, w.n_groups());
     let quads = w.group / 4;
     let pstride = if NIB { kp * PANEL / 2 } else { kp * PANEL };
-    // Weight codes as the unsigned operand: qw + 128 (`xor 0x80`; a nibble holds qw + 8, so + 120).
-    let (low4, flip, nib_to_u8) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(-128), _mm512_set1_epi8(120));
+    let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
-    let mut wp = w.data.as_ptr().wrapping_add(p0 * pstride);
-    let sb = w.scales.as_ptr().wrapping_add(p0 * ng * PANEL);
-    let goffs = xq.group_offsets.as_ptr();
-    let gpr = kp / 32;
-    let mut xp = x;
+    let mut wp = w.data.as_ptr().wrapping_add(t.p0 * pstride);
+    let sb = w.scales.as_ptr().wrapping_add(t.p0 * ng * PANEL);
+    let mut xp = t.x;
+    // Prefetching pays where a panel outgrows L1's share (k = 4096); on small panels (k = 192)
+    // it only costs issue slots.
+    let far = pstride >= PREFETCH_MIN_PANEL;
     let mut facc = [[_mm512_setzero_ps(); NP]; MR];
     let mut iacc = [[_mm512_setzero_si512(); NP]; MR];
-    if !GROUPED {
-        each_row!(MR, r, {
-            let start = _mm512_set1_epi32(xq.row_offsets[i0 + r]);
-            each_row!(NP, p, {
-                iacc[r][p] = start;
-            });
-        });
-    }
     for g in 0..ng {
         if GROUPED {
-            each_row!(MR, r, {
-                // SAFETY: row i0+r < m and group g < kp/32: inside `group_offsets` ([m][kp/32]).
-                let start = _mm512_set1_epi32(goffs.wrapping_add((i0 + r) * gpr + g).read());
-                each_row!(NP, p, {
-                    iacc[r][p] = start;
-                });
-            });
+            iacc = [[_mm512_setzero_si512(); NP]; MR];
         }
         for _ in 0..steps {
             let mut wv = [[_mm512_setzero_si512(); NP]; 2];
@@ -150,24 +125,26 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
                 // SAFETY: panel p0+p < n_panels and the current quad (int8) or oct (4-bit)
                 // < kp/4 or kp/8: 64 bytes inside `data`. A prefetch never faults.
                 let raw = _mm512_maskz_loadu_epi32(0xFFFF, at as *const i32);
-                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH) as *const i8);
+                if far {
+                    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH) as *const i8);
+                }
                 if NIB {
-                    wv[0][p] = _mm512_add_epi8(_mm512_and_si512(raw, low4), nib_to_u8);
-                    wv[1][p] = _mm512_add_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), nib_to_u8);
+                    wv[0][p] = _mm512_sub_epi8(_mm512_and_si512(raw, low4), eight);
+                    wv[1][p] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low4), eight);
                 } else {
-                    wv[0][p] = _mm512_xor_si512(raw, flip);
+                    wv[0][p] = raw;
                 }
             });
             for wq in wv.iter().take(subs) {
                 each_row!(MR, r, {
-                    // SAFETY: row i0+r < m and the current quad < kp/4: 4 bytes inside the
-                    // activations (tile layout of `QuantizedRows`).
+                    // SAFETY: row t.row+r < m and the current quad < kp/4: 4 bytes inside the
+                    // activations (layout in `QuantizedRows`).
                     let xv = _mm512_set1_epi32(i32::from_le_bytes((xp.wrapping_add(4 * r) as *const [u8; 4]).read()));
                     each_row!(NP, p, {
-                        iacc[r][p] = _mm512_dpbusd_epi32(iacc[r][p], wq[p], xv);
+                        iacc[r][p] = _mm512_dpbusd_epi32(iacc[r][p], xv, wq[p]);
                     });
                 });
-                xp = xp.wrapping_add(x_step);
+                xp = xp.wrapping_add(t.x_step);
             }
             wp = wp.wrapping_add(64);
         }
@@ -184,7 +161,7 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     if !GROUPED {
         each_row!(NP, p, {
             // SAFETY: the one group of panel p0+p is inside `scales`.
-            let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * PANEL));
+            let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL));
             each_row!(MR, r, {
                 facc[r][p] = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[r][p]), s);
             });
@@ -192,16 +169,45 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     }
     let n = w.n;
     each_row!(NP, p, {
-        let col0 = (p0 + p) * PANEL;
+        let col0 = (t.p0 + p) * PANEL;
         let valid = (n - col0).min(PANEL);
         let mask: u16 = if valid == PANEL { 0xFFFF } else { (1u16 << valid) - 1 };
+        // SAFETY: `comp` has n_panels·16 entries.
+        let c = _mm512_maskz_loadu_ps(0xFFFF, w.comp.as_ptr().wrapping_add(col0));
         each_row!(MR, r, {
-            let row = i0 + r;
-            let v = _mm512_mul_ps(facc[r][p], _mm512_set1_ps(xq.scales[row]));
+            let row = t.row + r;
+            let v = _mm512_mul_ps(_mm512_sub_ps(facc[r][p], c), _mm512_set1_ps(xq.scales[row]));
             // SAFETY: masked to the valid columns of row < m; this task owns these columns.
             _mm512_mask_storeu_ps(y.wrapping_add(row * n + col0), mask, v);
         });
     });
+}
+
+/// One tile's row-major activation codes `rows[mr][kp]` into the VNNI layout `[kp/4][mr][4]`
+/// (`QuantizedRows`): 16 quads of a row per load, scattered with stride `4·mr`.
+///
+/// # Safety
+/// AVX-512 F must be available; `rows.len() == mr·kp` with `kp % 4 == 0`, `tile.len() ≥ mr·kp`.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn interleave_tile(rows: &[u8], tile: &mut [u8], kp: usize) {
+    let mr = rows.len() / kp;
+    let quads = kp / 4;
+    let stride = _mm512_set1_epi32((4 * mr) as i32);
+    let lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), stride);
+    for r in 0..mr {
+        let src = rows.as_ptr().wrapping_add(r * kp);
+        let dst = tile.as_mut_ptr().wrapping_add(4 * r);
+        let mut q = 0;
+        while q < quads {
+            let n = (quads - q).min(16);
+            let mask: u16 = if n == 16 { 0xFFFF } else { (1u16 << n) - 1 };
+            // SAFETY: quads q..q+n of row r lie inside `rows`; their slots (q + j)·4·mr + 4r lie
+            // inside `tile[..mr·kp]`; masked lanes are neither read nor written.
+            let v = _mm512_maskz_loadu_epi32(mask, src.wrapping_add(4 * q) as *const i32);
+            _mm512_mask_i32scatter_epi32::<1>(dst.wrapping_add(4 * q * mr) as *mut i32, mask, lanes, v);
+            q += n;
+        }
+    }
 }
 
 /// Runs AVX2 tiles over panels `p0..p1`, one panel (two ymm halves) at a time.
