@@ -49,6 +49,8 @@ struct Cli {
     session: Session,
     model: ResolvedModel,
     data: Option<Data>,
+    /// Display name of the draft model (`--draft`), recorded with each run.
+    draft: Option<String>,
 }
 
 fn open(
@@ -66,14 +68,16 @@ fn open(
     if let Some(plan) = crate::moe_cmd::stored_plan(&session, &resolved, data.as_ref(), data_dir)? {
         session.set_moe_plan(plan)?;
     }
+    let mut draft_name = None;
     if let Some(name) = draft.draft.as_deref() {
         let draft_model = resolve(Some(name), data.as_ref(), data_dir)?;
+        draft_name = Some(draft_model.name.clone());
         let draft_parts = Arc::new(ModelParts::from(load(&draft_model.path).context("loading the draft model")?));
         session
             .set_draft(draft_parts, draft.settings())
             .map_err(|e| crate::exit::fail(crate::exit::USAGE, format!("--draft {name}: {e}")))?;
     }
-    Ok(Cli { session, model: resolved, data })
+    Ok(Cli { session, model: resolved, data, draft: draft_name })
 }
 
 /// A model name or path as `--model` takes it.
@@ -220,7 +224,7 @@ fn recorded_run(
     // Before the live canvas or the recording is sized by the request.
     c.session.check(ids, settings)?;
     let mut recording = match &c.data {
-        Some(d) => Some(Recording::start(d, &c.model, c.session.backend(), user_text, settings)?),
+        Some(d) => Some(Recording::start(d, &c.model, c.session.backend(), user_text, settings)?.with_draft(c.draft.clone())),
         None => None,
     };
     let live = out.live_enabled();

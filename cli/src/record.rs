@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use unmask_engine::decode::{DecodeSettings, StepFrame};
 use unmask_engine::run::{BackendSpec, RunOutcome};
-use unmask_store::{NewRun, RunRecorder};
+use unmask_store::{NewRun, RunRecorder, RunSpeculation};
 
 use crate::data::{Data, ResolvedModel};
 
@@ -13,6 +13,8 @@ use crate::data::{Data, ResolvedModel};
 pub struct Recording<'a> {
     data: &'a Data,
     rec: RunRecorder,
+    /// Display name of the draft model of a speculative run.
+    draft: Option<String>,
 }
 
 impl<'a> Recording<'a> {
@@ -35,7 +37,13 @@ impl<'a> Recording<'a> {
             },
         };
         let rec = data.block_on(data.store().start_run(new)).context("recording the run")?;
-        Ok(Recording { data, rec })
+        Ok(Recording { data, rec, draft: None })
+    }
+
+    /// Names the draft model of a speculative run (stored with its counters when it finishes).
+    pub fn with_draft(mut self, draft: Option<String>) -> Self {
+        self.draft = draft;
+        self
     }
 
     /// Records one step frame (a copy; no I/O on this thread).
@@ -54,6 +62,12 @@ impl<'a> Recording<'a> {
         if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
             let stats = serde_json::to_value(m)?;
             self.data.block_on(self.data.store().put_run_moe(id, &stats)).context("saving the run's MoE counters")?;
+        }
+        if let (Some(sp), Some(draft)) = (&o.speculation, &self.draft) {
+            let spec = RunSpeculation { draft_model: draft.clone(), stats: serde_json::to_value(sp)? };
+            self.data
+                .block_on(self.data.store().put_run_speculation(id, &spec))
+                .context("saving the run's speculative-decoding counters")?;
         }
         Ok(id)
     }

@@ -114,6 +114,9 @@ fn show(data: &Data, id: i64, steps: bool, json_out: bool) -> Result<()> {
         if let Some(m) = data.block_on(data.store().run_moe(r.id))? {
             v["moe"] = m;
         }
+        if let Some(sp) = data.block_on(data.store().run_speculation(r.id))? {
+            v["speculation"] = json!({"draft_model": sp.draft_model, "stats": sp.stats});
+        }
         if let Some(f) = &frames {
             v["steps"] = Value::Array(f.iter().map(step_json).collect());
         }
@@ -139,6 +142,19 @@ fn show(data: &Data, id: i64, steps: bool, json_out: bool) -> Result<()> {
         opt(m.simulated_npu_s.map(secs)),
         opt(m.energy_mj.map(|e| format!("{e:.1} mJ")))
     );
+    if let Some(sp) = data.block_on(data.store().run_speculation(r.id))? {
+        let n = |k: &str| sp.stats[k].as_u64().unwrap_or(0);
+        let rate = if n("offered") > 0 { 100.0 * n("accepted") as f64 / n("offered") as f64 } else { 0.0 };
+        println!(
+            "speculation draft {} · {} schedule · {} drafted · {} judged · {} accepted ({rate:.0} %) · {} discarded",
+            sp.draft_model,
+            sp.stats["schedule"].as_str().unwrap_or("–"),
+            n("drafted"),
+            n("offered"),
+            n("accepted"),
+            n("discarded")
+        );
+    }
     if let Some(m) = data.block_on(data.store().run_moe(r.id))? {
         let n = |k: &str| m[k].as_u64().unwrap_or(0);
         let rate = if n("routed") > 0 { 100.0 * n("dropped") as f64 / n("routed") as f64 } else { 0.0 };

@@ -158,6 +158,24 @@ fn a_draft_model_changes_no_token() {
 }
 
 #[test]
+fn a_speculative_run_is_stored_with_its_draft_model_and_counters() {
+    let env = Env::new();
+    let v = env.json(&["generate", "Continue: the old man and the", "-m", "tiny-ar", "--draft", "tiny-draft", "--json"]);
+    let id = v["run_id"].as_i64().expect("a recorded run").to_string();
+    let shown = env.json(&["runs", "show", &id, "--json"]);
+    let sp = &shown["speculation"];
+    assert_eq!(sp["draft_model"], "tiny-draft", "{shown}");
+    assert_eq!(sp["stats"]["drafted"], v["speculation"]["drafted"]);
+    assert_eq!(sp["stats"]["accepted"], v["speculation"]["accepted"]);
+    let text = env.ok(&["runs", "show", &id]);
+    assert!(text.contains("speculation draft tiny-draft"), "{text}");
+    // A run without a draft has no speculation record.
+    let plain = env.json(&["generate", "Continue: the old man and the", "-m", "tiny-ar", "--json"]);
+    let shown = env.json(&["runs", "show", &plain["run_id"].as_i64().unwrap().to_string(), "--json"]);
+    assert!(shown["speculation"].is_null(), "{shown}");
+}
+
+#[test]
 fn a_draft_for_a_diffusion_model_or_another_vocabulary_is_refused() {
     let env = Env::new();
     let out = env.run(&["generate", "hi", "--draft", "tiny-draft", "--no-record"]);

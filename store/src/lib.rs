@@ -30,6 +30,7 @@ pub mod presets;
 pub mod recorder;
 pub mod runs;
 mod session;
+pub mod speculation;
 pub mod trace_codec;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,7 @@ pub use moe::MoeCalibration;
 pub use paths::{default_data_dir, safe_relative_path, DATABASE_FILE, DATA_DIR_ENV, MODELS_DIR};
 pub use presets::{NewPreset, Preset};
 pub use recorder::{RunRecorder, TraceBatching};
+pub use speculation::RunSpeculation;
 pub use runs::{recorded_outcome, NewRun, RunComparison, RunMetrics, RunOutcome, RunRecord, RunStatus, SettingDiff, StoredTimeline};
 pub use tokio_util::sync::CancellationToken;
 

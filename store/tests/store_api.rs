@@ -14,8 +14,8 @@ use unmask_engine::decode::{generate, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::load_model;
 use unmask_engine::trace::{Lane, LanePower, Timeline, TraceEvent};
 use unmask_store::{
-    ImportEvent, ImportOptions, MessageRole, ModelFormat, NewConversation, NewPreset, NewRun, RunOutcome, RunStatus,
-    Store, StoreError, StoredTimeline, Validation,
+    ImportEvent, ImportOptions, MessageRole, ModelFormat, NewConversation, NewPreset, NewRun, RunOutcome, RunSpeculation,
+    RunStatus, Store, StoreError, StoredTimeline, Validation,
 };
 
 /// Copies the model files of tiny-llada into `dir` (what a user's download folder holds).
@@ -545,6 +545,30 @@ async fn moe_calibrations_put_get_replace() {
     assert!(store.delete_moe_calibration(m.id, "expert-frequency").await.unwrap());
     assert!(!store.delete_moe_calibration(m.id, "expert-frequency").await.unwrap());
     assert!(matches!(store.put_moe_calibration(m.id + 10, "x", &v1).await, Err(StoreError::NotFound { .. })));
+}
+
+#[tokio::test]
+async fn speculation_records_are_kept_per_run_replaced_and_deleted_with_it() {
+    let data = tempfile::tempdir().unwrap();
+    let store = Store::open(data.path()).await.unwrap();
+    let new = NewRun {
+        model_id: None,
+        model_name: "tiny-ar".into(),
+        backend: unmask_engine::run::BackendSpec::Cpu,
+        prompt: "p".into(),
+        settings: DecodeSettings::default(),
+    };
+    let run = store.start_run(new).await.unwrap().finish(RunOutcome::default()).await.unwrap();
+    assert!(store.run_speculation(run.id).await.unwrap().is_none());
+    let a = RunSpeculation { draft_model: "tiny-draft".into(), stats: serde_json::json!({"drafted": 9, "accepted": 4}) };
+    store.put_run_speculation(run.id, &a).await.unwrap();
+    assert_eq!(store.run_speculation(run.id).await.unwrap(), Some(a));
+    let b = RunSpeculation { draft_model: "other".into(), stats: serde_json::json!({"drafted": 1}) };
+    store.put_run_speculation(run.id, &b).await.unwrap();
+    assert_eq!(store.run_speculation(run.id).await.unwrap(), Some(b.clone()));
+    assert!(store.put_run_speculation(run.id + 100, &b).await.is_err(), "no such run");
+    store.delete_run(run.id).await.unwrap();
+    assert!(store.run_speculation(run.id).await.unwrap().is_none());
 }
 
 #[tokio::test]
