@@ -192,8 +192,9 @@ macro_rules! multiversion {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
         $vis fn $name(simd: $crate::kernels::simd::Simd, $($arg: $ty),*) $(-> $ret)? {
+            // `F` is there for bodies that multiply-add; comparisons and sums (a max) need none.
             #[inline(always)]
-            #[allow(non_snake_case, clippy::too_many_arguments)]
+            #[allow(non_snake_case, clippy::too_many_arguments, clippy::extra_unused_type_parameters)]
             fn body<F: $crate::kernels::simd::MulAdd, const L: usize>($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")]
