@@ -562,6 +562,34 @@ def render_quality(d):
         out.append("`null` models in the JSON (model missing) show as dashes. `UNMASK_QUALITY_MODELS=a,b bench/run "
                    "quality` reruns some models and keeps the others' entries; `UNMASK_QUALITY_PER_TASK=n` sets "
                    "the examples per task.\n")
+        fams = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
+        urows = []
+        for n in names:
+            u = (m[n] or {}).get("unseen")
+            if not u:
+                continue
+            t = u.get("tasks") or {}
+
+            def cell(f):
+                if f not in t:
+                    return NA
+                lo, hi = (t[f].get("ci95") or [None, None])
+                return f"{fx(t[f].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
+            urows.append([f"`{n}`", g((m[n] or {}).get("unseen_examples_per_family"))] + [cell(f) for f in fams]
+                         + [fx(u.get("wall_s"), 0)])
+        if urows:
+            out.append("**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, written by "
+                       "`python -m models.train.skills`): words, names and made-up words no training task used, "
+                       "instructions worded differently from training, 1-4 digit arithmetic; `chat` is the exact "
+                       "reply of the intent (greeting, who are you, thanks, out of scope, ...). Exact match, 95 % "
+                       f"Wilson interval in brackets. {settings_line(d.get('unseen_settings'))}\n")
+            out.append(table(["model", "per family", *fams, "decode s"], urows))
+            out.append("`UNMASK_QUALITY_PER_FAMILY=n` sets the unseen examples per family (decode s: the whole "
+                       "unseen set's decoding time in this run).\n")
+    h = d.get("headline") or {}
+    if h.get("docs_examples_total") is not None:
+        out.append(f"Answers promised by README.md and docs/ (`\"PROMPT\" answers ANSWER`), run through `unmask generate`: "
+                   f"{g(h.get('docs_examples_passed'))} of {g(h.get('docs_examples_total'))} hold.\n")
     if d.get("note"):
         out.append("Note (from the JSON): " + d["note"] + ".\n")
     return "\n".join(out)

@@ -8,6 +8,7 @@ mod forward;
 mod npu;
 mod npu_comparison;
 mod prose;
+mod docs_examples;
 mod quality;
 mod robustness;
 mod serve;

@@ -1,7 +1,9 @@
 //! Suite `quality`: the four embedded models on the held-out test split, run by our
 //! Rust engine: exact match per task with reference decoding (LLaDA's low-confidence schedule for
 //! the dLLMs, greedy for the AR models), masked-token accuracy (dLLMs) or perplexity (AR) on
-//! held-out prose.
+//! held-out prose; the unseen set (`models/data/unseen.jsonl`: words and instructions no training
+//! example used, `models/train/skills.py`) per skill family with 95 % intervals; and every answer
+//! the README and docs promise, run through the `unmask` binary.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,7 +14,20 @@ use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::decode::DecodeSettings;
 use unmask_engine::model::load_model;
 
-use crate::{prose, tasks};
+use crate::{docs_examples, prose, tasks};
+
+/// The unseen set's families (`models/train/skills.py` FAMILIES), in report order.
+pub const UNSEEN_FAMILIES: [&str; 8] = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"];
+
+/// Canvas for the unseen set: its longest answers (12 mixed-case words) take ~60 tokens.
+/// dLLMs: LLaDA's semi-autoregressive reference (blocks of 32, one token per step); AR: greedy.
+fn unseen_settings() -> DecodeSettings {
+    DecodeSettings { gen_length: 64, block_length: 32, steps: 64, ..Default::default() }
+}
+
+fn unseen_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen.jsonl")
+}
 
 /// The embedded models, in report order.
 pub const MODELS: [&str; 4] = ["tiny-llada", "tiny-ar", "tiny-draft", "tiny-llada-moe"];
@@ -21,6 +36,7 @@ pub const MODELS: [&str; 4] = ["tiny-llada", "tiny-ar", "tiny-draft", "tiny-llad
 fn eval_model(
     dir: &Path,
     per_task: usize,
+    per_family: usize,
     settings: &DecodeSettings,
     prose_set: &prose::ProseSet,
 ) -> Result<Option<Value>> {
@@ -44,6 +60,15 @@ fn eval_model(
     let mut v = r.to_json();
     v["arch"] = json!(cfg.arch);
     v["prose"] = prose_metrics;
+    let unseen = tasks::load(&unseen_path(), per_family)?;
+    eprintln!("[quality] {} on the unseen set: {} examples", dir.display(), unseen.len());
+    let u = tasks::evaluate_with(&mut backend, &tok, &template, &unseen, &unseen_settings(), &stop)?;
+    let mut uv = u.to_json();
+    for (fam, (ok, n)) in &u.per_task {
+        let (lo, hi) = tasks::wilson(*ok, *n);
+        uv["tasks"][fam]["ci95"] = json!([lo, hi]);
+    }
+    v["unseen"] = uv;
     Ok(Some(v))
 }
 
@@ -73,6 +98,12 @@ pub fn run(quick: bool) -> Result<Value> {
         None if quick => 6,
         None => 50,
     };
+    // Unseen-set examples per family: all 300, `$UNMASK_QUALITY_PER_FAMILY` overrides.
+    let per_family = match std::env::var("UNMASK_QUALITY_PER_FAMILY").ok().and_then(|s| s.parse().ok()) {
+        Some(n) => n,
+        None if quick => 4,
+        None => 300,
+    };
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
     // Reference LLaDA decoding: one block covering the short answers, one token per step (the
     // models' generation_config.json); AR models decode greedily up to gen_length tokens.
@@ -87,27 +118,47 @@ pub fn run(quick: bool) -> Result<Value> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     for name in MODELS.iter().filter(|m| wanted.iter().any(|w| w == *m)) {
         let started = std::time::Instant::now();
-        let mut v = eval_model(&models.join(name), per_task, &settings, &prose_set)?;
+        let mut v = eval_model(&models.join(name), per_task, per_family, &settings, &prose_set)?;
         if let Some(Value::Object(o)) = &mut v {
             o.insert("examples_per_task".into(), json!(per_task));
+            o.insert("unseen_examples_per_family".into(), json!(per_family));
             o.insert("evaluated_at_unix".into(), json!(stamp));
             o.insert("eval_elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
         }
         results.insert(name.replace('-', "_"), v.into());
     }
     let acc = |m: &str, task: &str| results.get(m).and_then(|v| v["tasks"][task]["accuracy"].as_f64());
-    let headline = json!({
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let unmask = crate::unmask_bin::build_unmask(&root)?;
+    let docs = docs_examples::check(&root, &unmask)?;
+    for d in docs.iter().filter(|d| !d.passed) {
+        eprintln!("[quality] {}: \"{}\" promises {} but answered {:?}", d.page, d.prompt, d.promised, d.answered);
+    }
+    let mut headline = json!({
         "dllm_addition_accuracy": acc("tiny_llada", "add"),
         "dllm_reverse_accuracy": acc("tiny_llada", "reverse"),
         "ar_addition_accuracy": acc("tiny_ar", "add"),
         "ar_reverse_accuracy": acc("tiny_ar", "reverse"),
+        "docs_examples_passed": docs.iter().filter(|d| d.passed).count(),
+        "docs_examples_total": docs.len(),
+        "chat_intent_accuracy": results.get("tiny_llada").and_then(|v| v["unseen"]["tasks"]["chat"]["accuracy"].as_f64()),
     });
+    for (model, v) in &results {
+        for fam in UNSEEN_FAMILIES {
+            headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen"]["tasks"][fam]["accuracy"].clone();
+        }
+    }
     Ok(json!({
         "headline": headline,
         "settings": settings,
+        "unseen_settings": unseen_settings(),
+        "unseen_examples_per_family_this_run": per_family,
+        "docs_examples": docs,
         "examples_per_task_this_run": per_task,
         "prose_windows": prose_set.windows.len(),
         "models": results,
-        "note": "held-out test split (models/data/test.jsonl, models/data/test_prose.json); null = model missing",
+        "note": "held-out test split (models/data/test.jsonl, models/data/test_prose.json); unseen set \
+                 (models/data/unseen.jsonl: held-out words, names, made-up words and paraphrased \
+                 instructions; chat = exact intent reply); null = model missing",
     }))
 }

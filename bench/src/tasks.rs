@@ -178,3 +178,53 @@ pub fn wilson(ok: usize, n: usize) -> (f64, f64) {
     let half = z * ((p * (1.0 - p) + z * z / (4.0 * n_f)) / n_f).sqrt() / denom;
     (centre - half, centre + half)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unseen() -> Vec<TaskExample> {
+        load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen.jsonl"), usize::MAX).unwrap()
+    }
+
+    /// `models/train/skills.py` holds a word out when crc32("w:" + lowercase word) % 4 == 0.
+    fn held_out(word: &str) -> bool {
+        crc32fast::hash(format!("w:{}", word.to_lowercase()).as_bytes()) % 4 == 0
+    }
+
+    #[test]
+    fn the_unseen_set_has_300_prompts_per_family_none_shared_with_the_test_split() {
+        let rows = unseen();
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &rows {
+            *per.entry(r.task.as_str()).or_default() += 1;
+        }
+        assert_eq!(per.len(), 8, "{per:?}");
+        assert!(per.values().all(|&n| n >= 300), "{per:?}");
+        let test: std::collections::HashSet<String> =
+            load(&test_split(), usize::MAX).unwrap().into_iter().filter_map(|r| r.message).collect();
+        let mut seen = std::collections::HashSet::new();
+        for r in &rows {
+            let m = r.message.clone().expect("unseen rows carry the message");
+            assert!(!test.contains(&m), "{m:?} is also in the test split");
+            assert!(seen.insert(m.clone()), "{m:?} twice");
+            assert_eq!(r.prompt, ChatTemplate::Llada.render(&[ChatMessage::user(m)], true));
+        }
+    }
+
+    #[test]
+    fn every_listed_word_of_the_unseen_set_is_a_held_out_word() {
+        let mut checked = 0;
+        for r in unseen().iter().filter(|r| ["reverse", "sort", "copy", "count"].contains(&r.task.as_str())) {
+            let m = r.message.as_deref().unwrap();
+            let list = &m[m.find(": ").expect("instruction: list") + 2..];
+            for w in list.split([' ', ',']).filter(|w| !w.is_empty()) {
+                assert!(held_out(w), "{w:?} in {m:?} is a training word");
+                checked += 1;
+            }
+        }
+        assert!(checked > 5000, "{checked}");
+        // and the training side is not empty: the split is a quarter, not everything
+        assert!(!held_out("the") || !held_out("of"));
+    }
+}

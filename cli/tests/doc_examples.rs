@@ -78,6 +78,15 @@ fn documented_generates() -> Vec<(String, Vec<String>)> {
     found
 }
 
+/// The answer after `answers `: a "quoted" answer (may hold spaces), else one word.
+fn promised_answer(after: &str) -> String {
+    if let Some(q) = after.strip_prefix('"') {
+        return q.split('"').next().unwrap_or_default().to_owned();
+    }
+    let word: String = after.chars().take_while(|c| !c.is_whitespace() && !")];,".contains(*c)).collect();
+    word.trim_end_matches('.').to_owned()
+}
+
 /// Every `"PROMPT" answers ANSWER` promise in the pages.
 fn promised_answers() -> Vec<(String, String, String)> {
     let mut found = Vec::new();
@@ -89,8 +98,7 @@ fn promised_answers() -> Vec<(String, String, String)> {
             let after = &rest[i + "\" answers ".len()..];
             if let Some(open) = before.rfind('"') {
                 let prompt = &before[open + 1..];
-                let answer: String = after.chars().take_while(|c| !c.is_whitespace() && !")];,".contains(*c)).collect();
-                found.push((page.clone(), prompt.to_owned(), answer.trim_end_matches('.').to_owned()));
+                found.push((page.clone(), prompt.to_owned(), promised_answer(after)));
             }
             rest = after;
         }
@@ -109,6 +117,8 @@ fn the_parser_reads_commands_as_a_shell_would() {
         ["-m", "tiny-llada-moe", "--stats", "hi"]
     );
     assert_eq!(words(r#""" --raw"#), ["", "--raw"]);
+    assert_eq!(promised_answer("933). More"), "933");
+    assert_eq!(promised_answer("\"fig apple pear\" and"), "fig apple pear");
 }
 
 #[test]

@@ -111,6 +111,24 @@ def eval_tables(name, rust, torch_res, causal):
                    "reproduces its generated ids token for token (2 examples per task) and that the Q8_0 / F32 GGUF "
                    "exports generate the same answers.\n")
     out.append("Chance levels for reference: " + ", ".join(f"{k} {v}" for k, v in CHANCE.items()) + ".\n")
+    u = (rust or {}).get("unseen")
+    if u:
+        fams = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
+        t = u["tasks"]
+
+        def cell(f):
+            if f not in t:
+                return "-"
+            lo, hi = t[f].get("ci95", [float("nan")] * 2)
+            return f"{t[f]['accuracy']:.2f} ({lo:.2f}-{hi:.2f})"
+        out.append(f"**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, "
+                   f"{rust.get('unseen_examples_per_family', 300)} per family, our Rust engine; exact match with a 95 % "
+                   "Wilson interval; words, names, made-up words and instruction wordings no training example used, "
+                   "see models/README.md; `chat` = the intent's exact reply; canvas 64 in blocks of 32, one token "
+                   "per step):\n")
+        out.append("| " + " | ".join(fams) + " |")
+        out.append("|" + "---|" * len(fams))
+        out.append("| " + " | ".join(cell(f) for f in fams) + " |\n")
     return "\n".join(out)
 
 

@@ -44,7 +44,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from . import data, paths  # noqa: E402
+from . import data, paths, skills  # noqa: E402
 from .model import TinyConfig, build, load_hf, save_hf  # noqa: E402
 
 EPS = 1e-3
@@ -77,12 +77,19 @@ def parse_args(argv=None):
     ap.add_argument("--expert-hidden", type=int, default=256)
     ap.add_argument("--aux-coef", type=float, default=0.01)
     ap.add_argument("--rope-theta", type=float, default=10000.0)
+    ap.add_argument("--max-seq", type=int, default=256,
+                    help="context of a new model (the long-answer families need 512)")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--mix", default=None,
                     help="task mixture overrides, e.g. add=0.4,reverse=0.2 (others keep data.TASK_WEIGHTS)")
+    ap.add_argument("--skills", type=float, default=0.0,
+                    help="fraction of chat examples drawn from the v2 skills (skills.py: any words, "
+                         "paraphrased instructions, 1-4 digit arithmetic, chat intents); the rest from data.py")
+    ap.add_argument("--skills-mix", default=None,
+                    help="v2 family weights, e.g. reverse=0.2,chat=0.1 (others keep skills.TRAIN_WEIGHTS)")
     ap.add_argument("--sft-frac", type=float, default=0.4)
     ap.add_argument("--seed", type=int, default=data.TRAIN_SEED)
     ap.add_argument("--threads", type=int, default=1)
@@ -122,6 +129,18 @@ def parse_mix(spec):
     return out
 
 
+def parse_skills_mix(spec):
+    """'reverse=0.2,chat=0.1' over skills.TRAIN_WEIGHTS; unknown families are an error."""
+    out = dict(skills.TRAIN_WEIGHTS)
+    for part in (spec.split(",") if spec else []):
+        name, _, w = part.partition("=")
+        if name not in skills.FAMILIES + skills.LONG_FAMILIES:
+            raise SystemExit(f"--skills-mix: unknown family {name!r} "
+                             f"(families: {', '.join(skills.FAMILIES + skills.LONG_FAMILIES)})")
+        out[name] = float(w)
+    return out
+
+
 def template_of(arch):
     return "llada_moe" if arch == "llada_moe" else "llada"
 
@@ -135,6 +154,7 @@ class Batcher:
         self.eot = tok.token_to_id(data.ROLE_END if self.template == "llada_moe" else data.EOT)
         self.stream = self._prose_stream("train", cache_dir)
         self.tasks = data.TaskSampler(parse_mix(args.mix))
+        self.skills = skills.SkillSampler(parse_skills_mix(args.skills_mix)) if args.skills > 0 else None
 
     def _prose_stream(self, split, cache_dir):
         h = hashlib.sha1(self.tok.to_str().encode()).hexdigest()[:12]
@@ -174,7 +194,10 @@ class Batcher:
         """Chat examples in length buckets (sorted, `--bucket` per forward) so little is padded."""
         seqs = []
         for kind in kinds:
-            _, msg, ans = self.tasks.sample(rng)
+            if self.skills is not None and rng.random() < self.args.skills:
+                _, msg, ans = self.skills.sample(rng)
+            else:
+                _, msg, ans = self.tasks.sample(rng)
             p, a = self.encode_chat(msg, ans, self.region_len(rng))
             seqs.append((p, a, kind))
         seqs.sort(key=lambda s: len(s[0]) + len(s[1]))
@@ -300,7 +323,7 @@ def export(model, args, step_total, extra):
 def new_model(args, tok):
     cfg = TinyConfig(arch=args.arch, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
                      n_kv_heads=args.n_kv_heads, mlp_hidden_size=args.mlp_hidden,
-                     vocab_size=tok.get_vocab_size(), max_sequence_length=256, rope_theta=args.rope_theta,
+                     vocab_size=tok.get_vocab_size(), max_sequence_length=args.max_seq, rope_theta=args.rope_theta,
                      eot_token_id=tok.token_to_id(data.ROLE_END if args.arch == "llada_moe" else data.EOT))
     if args.arch == "llada_moe":
         cfg.n_experts, cfg.top_k, cfg.expert_hidden = args.n_experts, args.top_k, args.expert_hidden
@@ -368,6 +391,8 @@ def main():
         hh, mm = map(int, args.stop_at.split(":"))
         now = dt.datetime.now(dt.timezone.utc)
         stop_at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        if stop_at <= now:   # a time already past today means tomorrow's
+            stop_at += dt.timedelta(days=1)
 
     elapsed_before = 0.0
     if args.resume:
