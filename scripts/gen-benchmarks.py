@@ -588,7 +588,7 @@ def render_quality(d):
                        "unseen set's decoding time in this run).\n")
     h = d.get("headline") or {}
     if h.get("docs_examples_total") is not None:
-        out.append(f"Answers promised by README.md and docs/ (`\"PROMPT\" answers ANSWER`), run through `unmask generate`: "
+        out.append(f"Answers that README.md and docs/ promise (a quoted prompt, the word answers, the answer), run through `unmask generate`: "
                    f"{g(h.get('docs_examples_passed'))} of {g(h.get('docs_examples_total'))} hold.\n")
     if d.get("note"):
         out.append("Note (from the JSON): " + d["note"] + ".\n")
