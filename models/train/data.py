@@ -252,16 +252,20 @@ class TaskSampler:
                 return t, msg, ans
 
 
+def write_task_rows(path, rows):
+    """A task set as jsonl: {task, prompt, answer, message} per line (what bench/src/tasks.rs reads)."""
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
+                                "message": r["message"]}) + "\n")
+    print(f"wrote {path}: {len(rows)} rows")
+
+
 def write_heldout(out_dir=DATA_DIR):
     os.makedirs(out_dir, exist_ok=True)
     for split in ("val", "test"):
         rows = heldout_set(split)
-        path = os.path.join(out_dir, f"{split}.jsonl")
-        with open(path, "w") as f:
-            for r in rows:
-                f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
-                                    "message": r["message"]}) + "\n")
-        print(f"wrote {path}: {len(rows)} rows")
+        write_task_rows(os.path.join(out_dir, f"{split}.jsonl"), rows)
 
 
 # A larger held-out set for paired comparisons (e.g. MoE capacity dropping on vs off): test-split
@@ -273,12 +277,7 @@ N_PER_TASK_EVAL = 300
 def write_eval_set(out_dir=DATA_DIR, per_task=N_PER_TASK_EVAL):
     exclude = {r["message"] for s in ("val", "test") for r in heldout_set(s)}
     rows = heldout_set("test", per_task=per_task, seed=EVAL_SEED, exclude=exclude)
-    path = os.path.join(out_dir, "eval_large.jsonl")
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
-                                "message": r["message"]}) + "\n")
-    print(f"wrote {path}: {len(rows)} rows")
+    write_task_rows(os.path.join(out_dir, "eval_large.jsonl"), rows)
 
 
 def main():

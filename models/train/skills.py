@@ -410,15 +410,9 @@ def unseen_set(per_family=N_PER_FAMILY_UNSEEN, seed=UNSEEN_SEED):
 
 
 def write_unseen(out_dir=data.DATA_DIR, per_family=N_PER_FAMILY_UNSEEN, long=False):
-    import json
     import os
     rows = unseen_long_set(per_family) if long else unseen_set(per_family)
-    path = os.path.join(out_dir, "unseen_long.jsonl" if long else "unseen.jsonl")
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps({"task": r["task"], "prompt": r["prompt"], "answer": r["answer"],
-                                "message": r["message"]}) + "\n")
-    print(f"wrote {path}: {len(rows)} rows ({per_family} per family)")
+    data.write_task_rows(os.path.join(out_dir, "unseen_long.jsonl" if long else "unseen.jsonl"), rows)
 
 
 def main():
