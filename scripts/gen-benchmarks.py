@@ -576,16 +576,17 @@ def render_quality(d):
                 lo, hi = (t[f].get("ci95") or [None, None])
                 return f"{fx(t[f].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
             urows.append([f"`{n}`", g((m[n] or {}).get("unseen_examples_per_family"))] + [cell(f) for f in fams]
-                         + [fx(u.get("wall_s"), 0)])
+                         + [fx(u.get("wall_s"), 0), fx(u.get("correct_per_s"), 2)])
         if urows:
             out.append("**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, written by "
                        "`python -m models.train.skills`): words, names and made-up words no training task used, "
                        "instructions worded differently from training, 1-4 digit arithmetic; `chat` is the exact "
                        "reply of the intent (greeting, who are you, thanks, out of scope, ...). Exact match, 95 % "
                        f"Wilson interval in brackets. {settings_line(d.get('unseen_settings'))}\n")
-            out.append(table(["model", "per family", *fams, "decode s"], urows))
+            out.append(table(["model", "per family", *fams, "decode s", "right answers / s"], urows))
             out.append("`UNMASK_QUALITY_PER_FAMILY=n` sets the unseen examples per family (decode s: the whole "
-                       "unseen set's decoding time in this run).\n")
+                       "unseen set's decoding time in this run; right answers / s: exact matches over all families "
+                       "divided by that time, the measure that picks the default dLLM).\n")
     h = d.get("headline") or {}
     if h.get("docs_examples_total") is not None:
         out.append(f"Answers that README.md and docs/ promise (a quoted prompt, the word answers, the answer), run through `unmask generate`: "

@@ -64,6 +64,10 @@ fn eval_model(
     eprintln!("[quality] {} on the unseen set: {} examples", dir.display(), unseen.len());
     let u = tasks::evaluate_with(&mut backend, &tok, &template, &unseen, &unseen_settings(), &stop)?;
     let mut uv = u.to_json();
+    // Answer quality per second of decoding: what picks the default dLLM (the bigger model
+    // must earn its slower forwards with more right answers in the same time).
+    let correct: usize = u.per_task.values().map(|(ok, _)| ok).sum();
+    uv["correct_per_s"] = json!(if u.wall_s > 0.0 { Some(correct as f64 / u.wall_s) } else { None });
     for (fam, (ok, n)) in &u.per_task {
         let (lo, hi) = tasks::wilson(*ok, *n);
         uv["tasks"][fam]["ci95"] = json!([lo, hi]);
@@ -147,6 +151,7 @@ pub fn run(quick: bool) -> Result<Value> {
         for fam in UNSEEN_FAMILIES {
             headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen"]["tasks"][fam]["accuracy"].clone();
         }
+        headline[format!("{model}_unseen_correct_per_s")] = v["unseen"]["correct_per_s"].clone();
     }
     Ok(json!({
         "headline": headline,

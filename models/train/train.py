@@ -94,6 +94,9 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=data.TRAIN_SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--bf16", action="store_true",
+                    help="bf16 autocast for the forward/backward (f32 master weights and optimizer); on CPUs "
+                         "with AMX this is several times faster")
     ap.add_argument("--ckpt-dir", default=None,
                     help="checkpoints and token caches (default models/ckpt/<out dir name>, git-ignored)")
     ap.add_argument("--out", default=os.path.join(paths.MODELS, "tiny-llada"))
@@ -424,7 +427,8 @@ def main():
         total_n = sum(p[0].shape[0] for p in parts)
         sums, aux_sum = [], 0.0
         for ids, mk in parts:
-            s, n, _, _ = part_loss(model, args, ids, mk, gen, device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+                s, n, _, _ = part_loss(model, args, ids, mk, gen, device)
             loss = s / total_n
             aux = model.aux_loss
             if aux is not None:
