@@ -66,7 +66,7 @@ fn eval_model(
     let mut uv = u.to_json();
     // Answer quality per second of decoding: what picks the default dLLM (the bigger model
     // must earn its slower forwards with more right answers in the same time).
-    let correct: usize = u.per_task.values().map(|(ok, _)| ok).sum();
+    let (correct, _) = u.correct();
     uv["correct_per_s"] = json!(if u.wall_s > 0.0 { Some(correct as f64 / u.wall_s) } else { None });
     for (fam, (ok, n)) in &u.per_task {
         let (lo, hi) = tasks::wilson(*ok, *n);

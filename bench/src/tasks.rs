@@ -71,15 +71,19 @@ pub struct EvalResult {
 }
 
 impl EvalResult {
-    /// Exact-match accuracy over all examples.
+    /// Right answers and examples over all task families.
+    pub fn correct(&self) -> (usize, usize) {
+        self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1))
+    }
     /// Wilson 95 % interval of the accuracy over all examples.
     pub fn accuracy_ci95(&self) -> [f64; 2] {
-        let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        let (ok, n) = self.correct();
         let (lo, hi) = wilson(ok, n);
         [lo, hi]
     }
+    /// Exact-match accuracy over all examples.
     pub fn accuracy(&self) -> f64 {
-        let (ok, n) = self.per_task.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1));
+        let (ok, n) = self.correct();
         if n == 0 {
             0.0
         } else {

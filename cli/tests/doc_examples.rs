@@ -7,123 +7,16 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::Env;
+use unmask_doc_promises::{documented_generates, pages, promises, Page};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The README and every docs/*.md page, with their names.
-fn pages() -> Vec<(String, String)> {
-    let mut files = vec![repo().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
-        .expect("docs/ exists")
-        .map(|e| e.expect("docs entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
-    files
-        .into_iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(&f).expect("page reads");
-            (f.file_name().unwrap_or_default().to_string_lossy().into_owned(), text)
-        })
-        .collect()
-}
-
-/// Shell-like words of one command line: double-quoted strings stay one word, `#` starts a
-/// comment, `[optional]` flags are left out.
-fn words(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let (mut quoted, mut any) = (false, false);
-    for c in line.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                any = true;
-            }
-            '#' if !quoted => break,
-            c if c.is_whitespace() && !quoted => {
-                if any {
-                    out.push(std::mem::take(&mut cur));
-                }
-                any = false;
-            }
-            c => {
-                cur.push(c);
-                any = true;
-            }
-        }
-    }
-    if any {
-        out.push(cur);
-    }
-    out.into_iter().filter(|w| !(w.starts_with('[') && w.ends_with(']'))).collect()
-}
-
-/// The arguments of every documented `generate` command (`$U generate ...` or
-/// `unmask generate ...` at the start of a line), with where it was found.
-fn documented_generates() -> Vec<(String, Vec<String>)> {
-    let mut found = Vec::new();
-    for (page, text) in pages() {
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim_start();
-            let rest = line.strip_prefix("$U generate").or_else(|| line.strip_prefix("unmask generate"));
-            if let Some(rest) = rest.filter(|r| r.starts_with(' ')) {
-                found.push((format!("{page}:{}", n + 1), words(rest)));
-            }
-        }
-    }
-    found
-}
-
-/// The answer after `answers `: a "quoted" answer (may hold spaces), else one word.
-fn promised_answer(after: &str) -> String {
-    if let Some(q) = after.strip_prefix('"') {
-        return q.split('"').next().unwrap_or_default().to_owned();
-    }
-    let word: String = after.chars().take_while(|c| !c.is_whitespace() && !")];,".contains(*c)).collect();
-    word.trim_end_matches('.').to_owned()
-}
-
-/// Every `"PROMPT" answers ANSWER` promise in the pages.
-fn promised_answers() -> Vec<(String, String, String)> {
-    let mut found = Vec::new();
-    for (page, text) in pages() {
-        let flat = text.replace('\n', " ");
-        let mut rest = flat.as_str();
-        while let Some(i) = rest.find("\" answers ") {
-            let before = &rest[..i];
-            let after = &rest[i + "\" answers ".len()..];
-            if let Some(open) = before.rfind('"') {
-                let prompt = &before[open + 1..];
-                found.push((page.clone(), prompt.to_owned(), promised_answer(after)));
-            }
-            rest = after;
-        }
-    }
-    found
-}
-
-#[test]
-fn the_parser_reads_commands_as_a_shell_would() {
-    assert_eq!(
-        words(r#" "What is 347+586?" --cache prefix   # live canvas"#),
-        ["What is 347+586?", "--cache", "prefix"]
-    );
-    assert_eq!(
-        words(r#"-m tiny-llada-moe [--moe-keep-weights] --stats "hi""#),
-        ["-m", "tiny-llada-moe", "--stats", "hi"]
-    );
-    assert_eq!(words(r#""" --raw"#), ["", "--raw"]);
-    assert_eq!(promised_answer("933). More"), "933");
-    assert_eq!(promised_answer("\"fig apple pear\" and"), "fig apple pear");
+fn repo_pages() -> Vec<Page> {
+    let repo: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    pages(&repo).expect("README.md and docs/*.md read")
 }
 
 #[test]
 fn every_documented_generate_example_runs_on_the_embedded_models() {
-    let examples = documented_generates();
+    let examples = documented_generates(&repo_pages());
     assert!(examples.len() >= 10, "expected the README's and docs' examples, found {}", examples.len());
     let env = Env::new();
     let mut ran = 0;
@@ -161,13 +54,13 @@ fn every_documented_generate_example_runs_on_the_embedded_models() {
 
 #[test]
 fn every_promised_answer_is_what_the_embedded_model_answers() {
-    let promises = promised_answers();
+    let promises = promises(&repo_pages());
     assert!(!promises.is_empty(), "the README promises at least one answer");
     let env = Env::new();
-    for (page, prompt, answer) in promises {
-        let v = env.json(&["generate", &prompt, "--json"]);
+    for p in promises {
+        let v = env.json(&["generate", &p.prompt, "--json"]);
         let text = v["text"].as_str().unwrap_or_default().trim().to_owned();
-        assert_eq!(text, answer, "{page} says \"{prompt}\" answers {answer}");
+        assert_eq!(text, p.answer, "{} says \"{}\" answers {}", p.page, p.prompt, p.answer);
     }
 }
 
