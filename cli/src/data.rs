@@ -118,3 +118,17 @@ pub fn resolve_model(arg: Option<&str>, data: Option<&Data>) -> Result<ResolvedM
     let path = model_path::resolve(wanted.as_deref())?;
     Ok(ResolvedModel { name: name_of(&path), path, record: None })
 }
+
+/// [`resolve_model`] for a command that may run without its store (`--no-record`): the store in
+/// `dir` is then opened only when nothing else knows the name, so an unrecorded run neither
+/// creates a data folder nor misses a model that was imported into one.
+pub fn resolve_model_in(name: Option<&str>, data: Option<&Data>, dir: &Path) -> Result<ResolvedModel> {
+    match resolve_model(name, data) {
+        Ok(r) => Ok(r),
+        Err(e) if data.is_none() && name.is_some() => match Data::open(dir) {
+            Ok(d) => resolve_model(name, Some(&d)).map_err(|_| e),
+            Err(_) => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}

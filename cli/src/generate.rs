@@ -82,15 +82,7 @@ fn open(
 
 /// A model name or path as `--model` takes it.
 fn resolve(name: Option<&str>, data: Option<&Data>, data_dir: Option<&Path>) -> Result<ResolvedModel> {
-    match data::resolve_model(name, data) {
-        Ok(r) => Ok(r),
-        // Without recording the store is only asked when nothing else knows the name.
-        Err(e) if data.is_none() && name.is_some() => match Data::open(&data::data_dir(data_dir)?) {
-            Ok(d) => data::resolve_model(name, Some(&d)).map_err(|_| e),
-            Err(_) => Err(e),
-        },
-        Err(e) => Err(e),
-    }
+    data::resolve_model_in(name, data, &data::data_dir(data_dir)?)
 }
 
 /// Loads a model; the context names the path only when the error itself does not already.

@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use unmask_engine::decode::{DecodeSettings, StepFrame};
 use unmask_engine::run::{BackendSpec, RunOutcome};
-use unmask_store::{NewRun, RunRecorder, RunSpeculation};
+use unmask_store::{NewRun, RunRecorder};
 
 use crate::data::{Data, ResolvedModel};
 
@@ -59,16 +59,9 @@ impl<'a> Recording<'a> {
         }
         let id = self.rec.id();
         self.data.block_on(self.rec.finish(outcome)).context("saving the run")?;
-        if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
-            let stats = serde_json::to_value(m)?;
-            self.data.block_on(self.data.store().put_run_moe(id, &stats)).context("saving the run's MoE counters")?;
-        }
-        if let (Some(sp), Some(draft)) = (&o.speculation, &self.draft) {
-            let spec = RunSpeculation { draft_model: draft.clone(), stats: serde_json::to_value(sp)? };
-            self.data
-                .block_on(self.data.store().put_run_speculation(id, &spec))
-                .context("saving the run's speculative-decoding counters")?;
-        }
+        self.data
+            .block_on(self.data.store().put_run_counters(id, o, self.draft.as_deref()))
+            .context("saving the run's MoE / speculative-decoding counters")?;
         Ok(id)
     }
 

@@ -392,7 +392,7 @@ fn bad_requests_get_openai_errors_and_the_server_stays_up() {
         assert!(e["error"]["type"].is_string(), "{what}: {}", r.body);
     }
     let draft = &cases.iter().find(|c| c.0 == "draft model").expect("case").1;
-    assert!(draft.body.contains("not supported yet"), "{}", draft.body);
+    assert!(draft.body.contains("without a draft model"), "{}", draft.body);
     // Still serving, and nothing of the refused requests was recorded.
     assert_eq!(post(&chat, &question(json!({}))).status, 200);
     assert_eq!(runs(&env).len(), 1);
@@ -616,6 +616,72 @@ fn several_models_are_served_by_name() {
         concatenated_content(&events),
         whole.json()["choices"][0]["message"]["content"].as_str().expect("content")
     );
+}
+
+#[test]
+fn a_draft_model_answers_what_the_target_answers_and_is_recorded() {
+    let env = Env::new();
+    let ask = |url: &str, extra: Value| {
+        let mut body = json!({
+            "model": "tiny-ar", "max_tokens": 24,
+            "messages": [{ "role": "user", "content": "Reverse: candle harbor moss" }]
+        });
+        body.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+        post(&format!("{url}/chat/completions"), &body)
+    };
+    let plain = {
+        let s = Server::start(&env, &["--model", "tiny-ar", "--no-record"]);
+        let r = ask(&format!("{}/v1", s.url), json!({}));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.json()["unmask"]["speculation"], Value::Null);
+        // Without --draft, naming a draft is refused with how to start the server for it.
+        let refused = ask(&format!("{}/v1", s.url), json!({ "unmask": { "draft_model": "tiny-draft" } }));
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains("--draft tiny-draft"), "{}", refused.body);
+        r.json()["choices"][0]["message"]["content"].clone()
+    };
+    for schedule in ["sync", "async"] {
+        let s = Server::start(
+            &env,
+            &["--model", "tiny-ar", "--model", "tiny-llada", "--draft", "tiny-draft", "--spec-schedule", schedule],
+        );
+        assert!(s.log().contains("tiny-ar (draft tiny-draft)"), "{}", s.log());
+        let url = format!("{}/v1", s.url);
+        let r = ask(&url, json!({ "unmask": { "draft_model": "tiny-draft" } }));
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        // Greedy speculative decoding answers exactly what the target answers alone.
+        assert_eq!(v["choices"][0]["message"]["content"], plain, "{schedule}");
+        let sp = &v["unmask"]["speculation"];
+        assert_eq!(sp["draft_model"], "tiny-draft", "{v}");
+        assert!(sp["stats"]["drafted"].as_u64().is_some_and(|n| n > 0), "{v}");
+        // The draft is the server's: another one is refused, and the diffusion model has none.
+        assert_eq!(ask(&url, json!({ "unmask": { "draft_model": "tiny-ar" } })).status, 400);
+        let llada = post(
+            &format!("{url}/chat/completions"),
+            &question(json!({ "max_tokens": 16, "unmask": { "draft_model": "tiny-draft" } })),
+        );
+        assert_eq!(llada.status, 400, "{}", llada.body);
+        let dllm = post(&format!("{url}/chat/completions"), &question(json!({ "max_tokens": 16 })));
+        assert_eq!(dllm.status, 200, "{}", dllm.body);
+        assert_eq!(dllm.json()["unmask"]["speculation"], Value::Null);
+        // The recorded run keeps the draft and its counters, as a `generate --draft` run does.
+        let id = v["unmask"]["run_id"].as_i64().expect("recorded");
+        settled_run(&env, id);
+        let shown = env.json(&["runs", "show", &id.to_string(), "--json"]);
+        assert_eq!(shown["speculation"]["draft_model"], "tiny-draft", "{shown}");
+        assert_eq!(shown["speculation"]["stats"], sp["stats"], "{shown}");
+    }
+    // A draft that pairs with nothing served, or with another vocabulary, stops the server at once.
+    for (args, says) in [
+        (&["--draft", "tiny-draft"][..], "no served model is autoregressive"),
+        (&["--model", "tiny-ar", "--draft", "tiny-llada"][..], "must be autoregressive"),
+    ] {
+        let out = env.run(&[&["serve", "--port", "0", "--no-record"][..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -227,10 +227,7 @@ impl AppState {
                 outcome.output = done.outcome.text.trim().to_owned();
                 rec.set_timeline(timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
                 let record = rec.finish(outcome).await?;
-                if let Some(m) = done.outcome.moe.as_ref().filter(|m| m.layer_runs > 0) {
-                    let stats = serde_json::to_value(m).map_err(|e| AppError::internal(e.to_string()))?;
-                    self.store.put_run_moe(record.id, &stats).await?;
-                }
+                self.store.put_run_counters(record.id, &done.outcome, None).await?;
                 record
             }
             Err(Failure { error: EngineError::Cancelled, partial, frames }) => {

@@ -128,6 +128,30 @@ pub fn recorded_outcome(o: &unmask_engine::run::RunOutcome) -> (RunOutcome, Opti
     (outcome, timeline)
 }
 
+impl crate::Store {
+    /// Stores what a finished run's MoE layers and speculative decoding did, beside the run
+    /// (nothing for a run that had neither); `draft_model` names the draft of a speculative run.
+    /// Every front end saves a run's counters through this one place.
+    pub async fn put_run_counters(
+        &self,
+        run_id: i64,
+        o: &unmask_engine::run::RunOutcome,
+        draft_model: Option<&str>,
+    ) -> crate::Result<()> {
+        let encode = |what: &str, e: serde_json::Error| crate::StoreError::Internal(format!("encoding {what}: {e}"));
+        if let Some(m) = o.moe.as_ref().filter(|m| m.layer_runs > 0) {
+            let stats = serde_json::to_value(m).map_err(|e| encode("MoE counters", e))?;
+            self.put_run_moe(run_id, &stats).await?;
+        }
+        if let (Some(sp), Some(draft)) = (&o.speculation, draft_model) {
+            let stats = serde_json::to_value(sp).map_err(|e| encode("speculative-decoding counters", e))?;
+            let spec = crate::RunSpeculation { draft_model: draft.to_owned(), stats };
+            self.put_run_speculation(run_id, &spec).await?;
+        }
+        Ok(())
+    }
+}
+
 /// What a new run is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewRun {

@@ -152,12 +152,12 @@ class Errors(unittest.TestCase):
             lambda: client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=100000), "context"
         )
 
-    def test_draft_model_is_refused_as_not_supported_yet(self):
+    def test_a_draft_the_server_was_not_started_with_is_refused(self):
         self.assert_bad_request(
             lambda: client().chat.completions.create(
-                model=MODEL, messages=QUESTION, extra_body={"unmask": {"draft_model": "tiny-ar"}}
+                model=MODEL, messages=QUESTION, extra_body={"unmask": {"draft_model": "tiny-draft"}}
             ),
-            "not supported yet",
+            "without a draft model",
         )
 
     def test_unknown_extension_key_is_refused(self):

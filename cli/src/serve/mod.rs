@@ -33,10 +33,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use unmask_engine::backend::batch::ForwardBatcher;
 use unmask_engine::backend::cpu::CpuBackend;
+use unmask_engine::decode::spec_ar::{check_pair, SpecArSettings};
 use unmask_engine::run::{BackendSpec, ModelParts, Session};
 use unmask_store::Store;
 
-use crate::args::BackendArgs;
+use crate::args::{BackendArgs, DraftArgs};
 use crate::data::{self, Data, ResolvedModel};
 use crate::exit::{fail, USAGE};
 use state::{AppState, ServedModel};
@@ -51,6 +52,10 @@ pub struct ServeArgs {
     pub models: Vec<String>,
     #[command(flatten)]
     pub backend: BackendArgs,
+    /// Speculative decoding: every served autoregressive model that shares the draft's
+    /// vocabulary decodes with it (diffusion models are served without it).
+    #[command(flatten)]
+    pub draft: DraftArgs,
     /// Address to listen on. Anything but loopback requires --api-key.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -85,6 +90,15 @@ pub struct ServeArgs {
 struct Loaded {
     resolved: ResolvedModel,
     parts: Arc<ModelParts>,
+    /// The draft it decodes with, when `--draft` pairs with it.
+    draft: Option<Arc<Draft>>,
+}
+
+/// The `--draft` model, loaded once and shared by every slot of every model it drafts for.
+struct Draft {
+    name: String,
+    parts: Arc<ModelParts>,
+    settings: SpecArSettings,
 }
 
 /// Runs `unmask serve` until SIGTERM or Ctrl-C.
@@ -111,11 +125,15 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
         _ => 1,
     };
     let dir = data::data_dir(data_dir)?;
+    let (models, draft) = resolve_models(&args.models, args.draft.draft.as_deref(), args.no_record, &dir)?;
     let mut loaded = Vec::new();
-    for resolved in resolve_models(&args.models, args.no_record, &dir)? {
+    for resolved in models {
         let parts =
             ModelParts::load(&resolved.path).with_context(|| format!("loading model {}", resolved.path.display()))?;
-        loaded.push(Loaded { resolved, parts: Arc::new(parts) });
+        loaded.push(Loaded { resolved, parts: Arc::new(parts), draft: None });
+    }
+    if let Some(resolved) = draft {
+        pair_draft(&mut loaded, resolved, args.draft.settings())?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -126,28 +144,57 @@ pub fn run(args: ServeArgs, data_dir: Option<&Path>) -> Result<()> {
     rt.block_on(serve(args, spec, batch, api_key, &dir, loaded))
 }
 
-/// The models named by `--model` (or the default), each once.
-fn resolve_models(wanted: &[String], no_record: bool, dir: &Path) -> Result<Vec<ResolvedModel>> {
+/// The models named by `--model` (or the default), each once, and the `--draft` model.
+fn resolve_models(
+    wanted: &[String],
+    draft: Option<&str>,
+    no_record: bool,
+    dir: &Path,
+) -> Result<(Vec<ResolvedModel>, Option<ResolvedModel>)> {
     let data = if no_record { None } else { Some(Data::open(dir)?) };
     let names: Vec<Option<&str>> =
         if wanted.is_empty() { vec![None] } else { wanted.iter().map(|w| Some(w.as_str())).collect() };
     let mut out: Vec<ResolvedModel> = Vec::new();
     for name in names {
-        let r = match data::resolve_model(name, data.as_ref()) {
-            Ok(r) => r,
-            // Without recording, the store is asked only when nothing else knows the name.
-            Err(e) if data.is_none() && name.is_some() => match Data::open(dir) {
-                Ok(d) => data::resolve_model(name, Some(&d)).map_err(|_| e)?,
-                Err(_) => return Err(e),
-            },
-            Err(e) => return Err(e),
-        };
+        let r = data::resolve_model_in(name, data.as_ref(), dir)?;
         if out.iter().any(|o| o.name == r.name) {
             return Err(fail(USAGE, format!("two --model flags name the model `{}`", r.name)));
         }
         out.push(r);
     }
-    Ok(out)
+    let draft = draft.map(|d| data::resolve_model_in(Some(d), data.as_ref(), dir)).transpose()?;
+    Ok((out, draft))
+}
+
+/// Loads the `--draft` model and gives it to every served autoregressive model it pairs with.
+/// A causal model it cannot draft for (another vocabulary), or no causal model at all, is a
+/// usage error: the flag would otherwise silently do nothing.
+fn pair_draft(loaded: &mut [Loaded], resolved: ResolvedModel, settings: SpecArSettings) -> Result<()> {
+    let flag = format!("--draft {}", resolved.name);
+    settings.validate().map_err(|e| fail(USAGE, format!("{flag}: {e}")))?;
+    let parts = ModelParts::load(&resolved.path)
+        .with_context(|| format!("loading the draft model {}", resolved.path.display()))?;
+    let draft = Arc::new(Draft { name: resolved.name, parts: Arc::new(parts), settings });
+    for l in loaded.iter_mut() {
+        let target = &l.parts.transformer.config;
+        if target.arch.is_diffusion() {
+            tracing::info!(model = %l.resolved.name, "a diffusion model: served without the draft model");
+            continue;
+        }
+        check_pair(target, &draft.parts.transformer.config)
+            .map_err(|e| fail(USAGE, format!("{flag} for model {}: {e}", l.resolved.name)))?;
+        l.draft = Some(draft.clone());
+    }
+    if loaded.iter().all(|l| l.draft.is_none()) {
+        return Err(fail(
+            USAGE,
+            format!(
+                "{flag}: no served model is autoregressive; speculative decoding with a draft model is for \
+                 autoregressive targets (serve one with --model, e.g. tiny-ar)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 async fn serve(
@@ -176,8 +223,8 @@ async fn serve(
 
     let tracker = TaskTracker::new();
     let mut models = Vec::new();
-    for Loaded { resolved, parts } in loaded {
-        let slots = if batch > 1 {
+    for Loaded { resolved, parts, draft } in loaded {
+        let mut slots = if batch > 1 {
             let batcher = ForwardBatcher::new(Box::new(CpuBackend::new(parts.transformer.clone())));
             let sessions = (0..batch).map(|_| Session::open_batched(parts.clone(), &spec, &batcher)).collect();
             Slots { sessions, batcher: Some(batcher) }
@@ -186,7 +233,17 @@ async fn serve(
                 .with_context(|| format!("starting backend {spec} for {}", resolved.name))?;
             Slots { sessions: vec![session], batcher: None }
         };
-        let recording = store.as_ref().map(|s| Recording { store: s.clone(), model: resolved.record.clone() });
+        if let Some(d) = &draft {
+            for session in &mut slots.sessions {
+                session.set_draft(d.parts.clone(), d.settings.clone()).map_err(|e| fail(USAGE, e.to_string()))?;
+            }
+        }
+        let draft_name = draft.as_ref().map(|d| d.name.clone());
+        let recording = store.as_ref().map(|s| Recording {
+            store: s.clone(),
+            model: resolved.record.clone(),
+            draft: draft_name.clone(),
+        });
         let worker = Worker::spawn(
             &resolved.name,
             slots,
@@ -200,11 +257,18 @@ async fn serve(
             name: resolved.name,
             parts,
             backend: spec.clone(),
+            draft: draft_name,
             worker,
             loaded_at: state::unix_now(),
         }));
     }
-    let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
+    let names: Vec<String> = models
+        .iter()
+        .map(|m| match &m.draft {
+            Some(d) => format!("{} (draft {d})", m.name),
+            None => m.name.clone(),
+        })
+        .collect();
     let app = AppState::new(models, api_key, args.max_request_bytes);
     // Tests and scripts read the address from this line (with --port 0 it is the only place).
     eprintln!(

@@ -138,7 +138,8 @@ pub struct Extension {
     pub speculative: Option<Toggle<SpeculativeSettings>>,
     /// `true` (defaults), `false`, or an object of revision knobs.
     pub revision: Option<Toggle<RevisionSettings>>,
-    /// Speculative decoding with an autoregressive draft model (not in the engine yet: refused).
+    /// The draft model the server decodes with (`unmask serve --draft`); a request naming
+    /// another, or a draft for a model served without one, is refused.
     pub draft_model: Option<String>,
     /// Stream every denoising step's changed positions (`stream: true` only).
     #[serde(default)]

@@ -115,6 +115,8 @@ impl Reply {
             "stop_reason": d.stop_reason,
             "backend": self.model.backend,
             "settings": self.settings,
+            // What speculative decoding did (drafted, accepted, forwards of both models).
+            "speculation": o.speculation.as_ref().map(|sp| json!({"draft_model": self.model.draft, "stats": sp})),
         })
     }
 

@@ -47,11 +47,14 @@ struct Options {
     stream: bool,
     include_usage: bool,
     stream_steps: bool,
+    /// The draft model the request expects the server to decode with.
+    draft_model: Option<String>,
 }
 
 /// Checks a chat request against `model`.
 pub fn prepare_chat(model: Arc<ServedModel>, req: ChatRequest) -> Result<Prepared, ApiError> {
     let options = options(req.params)?;
+    check_draft(&model, options.draft_model.as_deref())?;
     if req.messages.is_empty() {
         return Err(ApiError::invalid_param("messages", "`messages` is empty"));
     }
@@ -64,6 +67,7 @@ pub fn prepare_chat(model: Arc<ServedModel>, req: ChatRequest) -> Result<Prepare
 /// Checks a text completion request against `model`.
 pub fn prepare_completion(model: Arc<ServedModel>, req: CompletionRequest) -> Result<Prepared, ApiError> {
     let options = options(req.params)?;
+    check_draft(&model, options.draft_model.as_deref())?;
     if req.echo == Some(true) {
         return Err(ApiError::unsupported("echo", "`echo: true` is not supported"));
     }
@@ -86,6 +90,23 @@ pub fn prepare_completion(model: Arc<ServedModel>, req: CompletionRequest) -> Re
     };
     let checked = check(&model, RunPrompt::Raw(&prompt), &options.overrides, "prompt")?;
     Ok(finish(Endpoint::Completion, model, checked, prompt, options))
+}
+
+/// `unmask.draft_model` names the draft the server decodes `model` with (`unmask serve --draft`):
+/// a draft is loaded once per server, so a request cannot pick another or switch it on.
+fn check_draft(model: &ServedModel, wanted: Option<&str>) -> Result<(), ApiError> {
+    match (wanted, model.draft.as_deref()) {
+        (None, _) => Ok(()),
+        (Some(w), Some(d)) if w == d => Ok(()),
+        (Some(w), Some(d)) => Err(ApiError::unsupported(
+            "unmask.draft_model",
+            format!("this server decodes `{}` with the draft model `{d}`, not `{w}` (the draft is chosen when the server starts: `unmask serve --draft MODEL`)", model.name),
+        )),
+        (Some(w), None) => Err(ApiError::unsupported(
+            "unmask.draft_model",
+            format!("this server decodes `{}` without a draft model; start it with `unmask serve -m {} --draft {w}` (autoregressive models only)", model.name, model.name),
+        )),
+    }
 }
 
 /// The engine's view of a request: token ids, settings, stop tokens.
@@ -169,13 +190,6 @@ fn options(p: Params) -> Result<Options, ApiError> {
         return Err(ApiError::unsupported("tools", "tool calls are not supported"));
     }
     let ext = p.unmask.unwrap_or_default();
-    if ext.draft_model.is_some() {
-        return Err(ApiError::unsupported(
-            "unmask.draft_model",
-            "`draft_model` is not supported yet: the engine has no speculative decoding with an autoregressive draft model \
-             (`speculative: true` is the multi-block speculative decoding it does have)",
-        ));
-    }
     if ext.stream_steps && !p.stream {
         return Err(ApiError::invalid_param("unmask.stream_steps", "`stream_steps` needs `stream: true`"));
     }
@@ -241,6 +255,7 @@ fn options(p: Params) -> Result<Options, ApiError> {
         stream: p.stream,
         include_usage: p.stream_options.is_some_and(|o| o.include_usage),
         stream_steps: ext.stream_steps,
+        draft_model: ext.draft_model,
     })
 }
 
@@ -269,10 +284,6 @@ mod tests {
     #[test]
     fn what_cannot_be_honoured_is_refused() {
         let refused = |v: serde_json::Value| options(params(v)).err().map(|e| e.param.unwrap_or_default());
-        assert_eq!(
-            refused(serde_json::json!({"unmask": {"draft_model": "tiny-ar"}})).as_deref(),
-            Some("unmask.draft_model")
-        );
         assert_eq!(refused(serde_json::json!({"n": 2})).as_deref(), Some("n"));
         assert_eq!(refused(serde_json::json!({"max_tokens": 0})).as_deref(), Some("max_tokens"));
         assert_eq!(refused(serde_json::json!({"seed": -1})).as_deref(), Some("seed"));

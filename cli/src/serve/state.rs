@@ -15,6 +15,8 @@ pub struct ServedModel {
     pub name: String,
     pub parts: Arc<ModelParts>,
     pub backend: BackendSpec,
+    /// The draft model it decodes with (`--draft`), if any.
+    pub draft: Option<String>,
     pub worker: Worker,
     /// Unix seconds it was loaded (the `created` of `/v1/models`).
     pub loaded_at: u64,

@@ -57,6 +57,8 @@ pub struct Recording {
     pub store: Store,
     /// The model's store record (runs link to it), if it has one.
     pub model: Option<ModelRecord>,
+    /// The draft model its runs decode with (stored with their speculative-decoding counters).
+    pub draft: Option<String>,
 }
 
 /// A model's decoding slots and their queue.
@@ -321,7 +323,8 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
             stop_reason: Some("caller_stopped".into()),
         }
     });
-    let ending = Ending { model: ctx.name.clone(), run_id, recorder, result, partial, events };
+    let ending =
+        Ending { model: ctx.name.clone(), run_id, recorder, recording: ctx.recording.clone(), result, partial, events };
     // The final write runs on the runtime; the tracker lets shutdown wait for it.
     ctx.tracker.spawn_on(ending.write(), &ctx.rt);
 }
@@ -336,6 +339,7 @@ struct Ending {
     model: String,
     run_id: Option<i64>,
     recorder: Option<RunRecorder>,
+    recording: Option<Recording>,
     result: unmask_engine::Result<RunOutcome>,
     partial: Option<unmask_store::RunOutcome>,
     events: UnboundedSender<JobEvent>,
@@ -343,18 +347,22 @@ struct Ending {
 
 impl Ending {
     async fn write(self) {
-        let Ending { model, run_id, recorder, result, partial, events } = self;
+        let Ending { model, run_id, recorder, recording, result, partial, events } = self;
         let event = match result {
             Ok(outcome) => {
-                let saved = match recorder {
-                    Some(mut rec) => {
+                let saved = match (recorder, recording) {
+                    (Some(mut rec), Some(r)) => {
+                        let id = rec.id();
                         let (stored, timeline) = unmask_store::recorded_outcome(&outcome);
                         if let Some(t) = timeline {
                             rec.set_timeline(t);
                         }
-                        rec.finish(stored).await.map(|_| ())
+                        match rec.finish(stored).await {
+                            Ok(_) => r.store.put_run_counters(id, &outcome, r.draft.as_deref()).await,
+                            Err(e) => Err(e),
+                        }
                     }
-                    None => Ok(()),
+                    _ => Ok(()),
                 };
                 match saved {
                     Ok(()) => {
