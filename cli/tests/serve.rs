@@ -55,10 +55,13 @@ impl Server {
             let log = log.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    if let Some(rest) = line.split("listening on ").nth(1) {
-                        let _ = tx.send(rest.split_whitespace().next().unwrap_or("").to_owned());
+                    // The log holds the line before the URL is handed over, so a test reading
+                    // the log once the server is up sees the "listening" line.
+                    let url = line.split("listening on ").nth(1).map(|r| r.split_whitespace().next().unwrap_or("").to_owned());
+                    log.lock().unwrap().push_str(&format!("{line}\n"));
+                    if let Some(url) = url {
+                        let _ = tx.send(url);
                     }
-                    log.lock().unwrap().push_str(&(line + "\n"));
                 }
             });
         }
