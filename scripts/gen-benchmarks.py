@@ -282,11 +282,18 @@ def render_npu(d, all_results):
                 rows.append([f"`{name}`", "0", NA, NA, "0", NA, "no published rows: all rate fields are unvalidated estimates"])
                 continue
             met = goal.get(name)
+            u = p.get("heldout_untouched") or {}
+            seen = (h.get("rows") or 0) - (u.get("rows") or 0) if u else 0
+            note = ""
+            if seen > 0:
+                note = (f"; {seen} of them seen before a later modelling change (the other {g(u.get('rows'))}: "
+                        f"median {pct(u.get('median_rel_error'))}, worst "
+                        + (fx(u.get("max_factor"), 2) + "×" if u.get("max_factor") else NA) + ")")
             rows.append([f"`{name}`", g(h.get("rows")), pct(h.get("median_rel_error")),
                          fx(h.get("max_factor"), 2) + "×" if h.get("max_factor") else NA, g(f.get("rows")),
                          pct(f.get("median_rel_error")),
                          f"NPU {g(hn.get('rows'))} / CPU {g(hc.get('rows'))} held-out rows; goal "
-                         + ("met" if met else "**not met**" if met is False else NA)])
+                         + ("met" if met else "**not met**" if met is False else NA) + note])
         out.append(table(["profile", "held-out rows", "held-out median error", "held-out worst (factor)",
                           "fit rows", "fit median error", ""], rows))
         rr = [r for r in (v.get("rows") or [])]
@@ -294,8 +301,15 @@ def render_npu(d, all_results):
             rr.sort(key=lambda r: (r.get("profile", ""), r.get("split", ""), r.get("id", "")))
             out.append("All rows (tokens/s; factor = max(p/m, m/p)):\n\n" + table(
                 ["row", "split", "published", f"predicted ({SIM})", "factor"],
-                [[f"`{g(r.get('id'))}`", g(r.get("split")), fx(r.get("published"), 2), fx(r.get("predicted"), 2),
+                [[f"`{g(r.get('id'))}`", g(r.get("split")) + (" (seen before a later change)" if r.get("seen_before_change") else ""),
+                  fx(r.get("published"), 2), fx(r.get("predicted"), 2),
                   fx(r.get("factor"), 2) + "×"] for r in rr]))
+        for rt in v.get("runtimes") or []:
+            out.append(f"Third-party NPU runtime `{g(rt.get('name'))}`: matrix-efficiency factor "
+                       f"{fx(rt.get('matrix_efficiency_factor'), 3)} of the vendor runtime's, fitted on "
+                       + ", ".join(f"`{x}`" for x in rt.get("rows") or []) + ".\n")
+        for c in v.get("changes_after_split") or []:
+            out.append(f"Change after the split: {c}\n")
         for k in ("scope", "not_found", "split_rule"):
             if v.get(k):
                 out.append(f"{k.replace('_', ' ').capitalize()}: {v[k]}\n")

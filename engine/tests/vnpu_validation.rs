@@ -2,7 +2,11 @@
 //! rule, every row is predicted, and the fitted profile values are exactly what the fit on the fit
 //! rows gives (so no profile value can have been tuned on held-out rows).
 
-use unmask_engine::backend::vnpu::validation::{evaluate, fit_profile, FitParam, Split, ValidationSet};
+use std::collections::BTreeMap;
+
+use unmask_engine::backend::vnpu::validation::{
+    evaluate, fit_profile, fit_runtime_factor, FitParam, Split, Unit, ValidationSet,
+};
 use unmask_engine::backend::vnpu::DeviceProfile;
 
 #[test]
@@ -52,10 +56,49 @@ fn fitted_profile_values_are_the_fit_of_the_fit_rows() {
         }
     }
     // Transferred values equal the fitted ones they came from.
-    let sm8650 = DeviceProfile::builtin("sm8650").unwrap();
     for e in set.fit_log.iter().filter(|e| e.note.starts_with("transferred")) {
+        let from = e.from_profile.as_deref().expect("a transfer names the profile it comes from");
+        assert!(
+            set.fit_log.iter().any(|f| f.profile == from && f.field == e.field && f.note.starts_with("fit")),
+            "{}.{}: {from} has no fitted value to transfer",
+            e.profile,
+            e.field
+        );
         let param = FitParam::ALL.into_iter().find(|p| p.field() == e.field).unwrap();
-        assert_eq!(param.get(&DeviceProfile::builtin(&e.profile).unwrap()), param.get(&sm8650), "{}", e.field);
+        let source = param.get(&DeviceProfile::builtin(from).unwrap());
+        assert_eq!(param.get(&DeviceProfile::builtin(&e.profile).unwrap()), source, "{}.{}", e.profile, e.field);
+        assert_eq!(Some(e.after), source, "{}.{}: fit log", e.profile, e.field);
+    }
+}
+
+/// A third-party runtime's factor is the fit of its own fit rows against the profiles as they
+/// stand, and only its rows name it.
+#[test]
+fn runtime_factors_are_the_fit_of_their_fit_rows() {
+    let set = ValidationSet::builtin().unwrap();
+    let profiles: BTreeMap<String, DeviceProfile> =
+        DeviceProfile::list_builtin().iter().map(|n| (n.to_string(), DeviceProfile::builtin(n).unwrap())).collect();
+    assert!(!set.runtimes.is_empty());
+    for rt in &set.runtimes {
+        let (f, rows) = fit_runtime_factor(&set, &rt.name, &profiles).unwrap();
+        assert!(
+            (f - rt.matrix_efficiency_factor).abs() <= 0.005 * f,
+            "{}: recorded {}, fit {f}",
+            rt.name,
+            rt.matrix_efficiency_factor
+        );
+        assert_eq!(rows, rt.rows, "{}", rt.name);
+        for r in set.rows.iter().filter(|r| rows.contains(&r.id)) {
+            assert_eq!(r.split, Split::Fit, "{}", r.id);
+        }
+    }
+    // The profile's NPU rates are the vendor runtime's: no third-party row informs them.
+    for e in &set.fit_log {
+        for id in &e.rows {
+            let r = set.rows.iter().find(|r| &r.id == id).unwrap();
+            let third_party_npu = r.runtime.is_some() && r.unit == Unit::Npu;
+            assert!(!(third_party_npu && e.field.starts_with("npu.")), "{}.{} uses {id}", e.profile, e.field);
+        }
     }
 }
 
@@ -68,12 +111,21 @@ fn print_validation() {
     for r in &set.rows {
         println!("split {} {:?}", r.id, rule[&r.id]);
     }
+    let mut profiles = BTreeMap::new();
+    for name in DeviceProfile::list_builtin() {
+        profiles.insert(name.to_string(), DeviceProfile::builtin(name).unwrap());
+    }
     for name in ["sm8650", "sm8750", "sm8850"] {
         let p = DeviceProfile::builtin(name).unwrap();
-        let (_, fitted) = fit_profile(&set, &p).unwrap();
+        let (fitted_profile, fitted) = fit_profile(&set, &p).unwrap();
         for f in fitted {
             println!("fit {name} {} {} -> {} (bound {}) rows {:?}", f.field, f.before, f.after, f.at_bound, f.rows);
         }
+        profiles.insert(name.to_string(), fitted_profile);
+    }
+    for rt in &set.runtimes {
+        let (f, rows) = fit_runtime_factor(&set, &rt.name, &profiles).unwrap();
+        println!("runtime {} factor {} -> {f} rows {rows:?}", rt.name, rt.matrix_efficiency_factor);
     }
 }
 
@@ -84,7 +136,10 @@ fn print_predictions() {
     let set = ValidationSet::builtin().unwrap();
     let report = evaluate(&set).unwrap();
     for r in &report.rows {
-        println!("row {:<50} {:?} {:>9.2} pred {:>9.2} x{:.2} s{}", r.id, r.split, r.published, r.predicted, r.factor, r.sessions);
+        println!(
+            "row {:<50} {:?} {:>9.2} pred {:>9.2} x{:.2} s{}",
+            r.id, r.split, r.published, r.predicted, r.factor, r.sessions
+        );
     }
     for p in &report.profiles {
         println!("profile {} heldout {:?} fit {:?}", p.profile, p.heldout, p.fit);

@@ -13,7 +13,10 @@
 //!   profile's token and context buckets). The NPU-visible budget is the fewest whole sessions
 //!   of the profile that hold the model without streaming (up to the profile's session limit), as
 //!   published runtimes split large models over sessions (llama.cpp's Hexagon backend: "an 8B
-//!   model needs two"); a row may name its sessions instead;
+//!   model needs two"); a row may name its sessions instead. The profile's NPU rates describe the vendor's own runtime (Qualcomm Genie / QNN context
+//!   binaries, the execution model the product's QNN backend follows). A row measured with a
+//!   third-party NPU runtime names it (`runtime`), and the profile's matrix efficiency is scaled by
+//!   that runtime's factor ([`RuntimeFactor`], fitted on the runtime's own fit rows);
 //! - **CPU rows** run [`cpu_simulator`] (Q4_0-class 4-bit weights, int8 dot products) on all the
 //!   profile's cores, the setting of the product's phone-CPU baseline;
 //! - a **prefill** row is one forward of `tokens` tokens over `context` positions with logits for
@@ -117,8 +120,25 @@ pub struct PublishedRow {
     /// chunks of 32); otherwise the profile's buckets.
     #[serde(default)]
     pub token_buckets: Option<Vec<usize>>,
+    /// Third-party NPU runtime ([`ValidationSet::runtimes`]); `None` for the vendor's runtime and
+    /// for CPU rows.
+    #[serde(default)]
+    pub runtime: Option<String>,
     /// Fit or held-out.
     pub split: Split,
+}
+
+/// How much of the vendor runtime's matrix efficiency a third-party NPU runtime reaches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeFactor {
+    /// Runtime name rows refer to (`mllm`).
+    pub name: String,
+    /// Multiplies the profile's `npu.matrix_efficiency` for this runtime's rows.
+    pub matrix_efficiency_factor: f64,
+    /// Fit rows the factor was derived from (by [`fit_runtime_factor`]).
+    pub rows: Vec<String>,
+    /// Why.
+    pub note: String,
 }
 
 /// A profile change made after the split, and the fit rows that drove it.
@@ -136,6 +156,9 @@ pub struct FitLogEntry {
     pub rows: Vec<String>,
     /// Why.
     pub note: String,
+    /// For a value transferred from another profile's fit (no fit rows of its own): that profile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_profile: Option<String>,
 }
 
 /// The validation set.
@@ -156,6 +179,13 @@ pub struct ValidationSet {
     /// Modelling changes made after the split, and what drove them.
     #[serde(default)]
     pub changes_after_split: Vec<String>,
+    /// Third-party NPU runtimes and their fitted matrix-efficiency factors.
+    #[serde(default)]
+    pub runtimes: Vec<RuntimeFactor>,
+    /// Held-out rows whose error had been seen before a later modelling change: they no longer
+    /// test that change independently (reported apart from the untouched held-out rows).
+    #[serde(default)]
+    pub heldout_seen_before_change: Vec<String>,
     /// The rows.
     pub rows: Vec<PublishedRow>,
 }
@@ -193,8 +223,33 @@ impl ValidationSet {
             if r.metric != want || (r.workload.phase == Phase::Decode && r.workload.tokens != 1) {
                 return bad(format!("row `{}`: metric `{}` does not match its workload", r.id, r.metric));
             }
+            if let Some(name) = &r.runtime {
+                if r.unit != Unit::Npu || self.runtime(name).is_none() {
+                    return bad(format!("row `{}`: runtime `{name}` is not a listed NPU runtime", r.id));
+                }
+            }
+        }
+        for id in &self.heldout_seen_before_change {
+            if !self.rows.iter().any(|r| &r.id == id && r.split == Split::Heldout) {
+                return bad(format!("`{id}` in heldout_seen_before_change is not a held-out row"));
+            }
         }
         Ok(())
+    }
+
+    /// The factor of a third-party runtime.
+    pub fn runtime(&self, name: &str) -> Option<&RuntimeFactor> {
+        self.runtimes.iter().find(|r| r.name == name)
+    }
+
+    /// `profile` as the row's runtime uses it: the vendor's profile, or its matrix efficiency
+    /// scaled by the row's third-party runtime factor.
+    pub fn deployed_profile(&self, row: &PublishedRow, profile: &DeviceProfile) -> Result<DeviceProfile> {
+        let Some(name) = &row.runtime else { return Ok(profile.clone()) };
+        let f = self
+            .runtime(name)
+            .ok_or_else(|| EngineError::InvalidRequest(format!("row `{}`: unknown runtime `{name}`", row.id)))?;
+        Ok(with_matrix_factor(profile, f.matrix_efficiency_factor))
     }
 
     /// The split the rule in `split_rule` gives: clusters (profile, unit, model), sorted by the
@@ -217,10 +272,7 @@ impl ValidationSet {
                 side.insert((profile.clone(), unit, m), s);
             }
         }
-        self.rows
-            .iter()
-            .map(|r| (r.id.clone(), side[&(r.profile.clone(), r.unit, r.model.clone())]))
-            .collect()
+        self.rows.iter().map(|r| (r.id.clone(), side[&(r.profile.clone(), r.unit, r.model.clone())])).collect()
     }
 }
 
@@ -240,7 +292,12 @@ pub struct Prediction {
 /// The NPU sessions a deployment of `cfg` at `shape` needs to hold the model without streaming:
 /// the fewest whole sessions of `profile` whose space holds weights, KV cache and activations,
 /// capped at the profile's session limit.
-pub fn sessions_needed(cfg: &crate::model::ModelConfig, shape: StepShape, profile: &DeviceProfile, precision: &Precision) -> usize {
+pub fn sessions_needed(
+    cfg: &crate::model::ModelConfig,
+    shape: StepShape,
+    profile: &DeviceProfile,
+    precision: &Precision,
+) -> usize {
     let Some(n) = &profile.npu else { return 0 };
     let graph = LayerGraph::build(cfg, shape, precision);
     let max = n.max_sessions.value.max(1);
@@ -307,6 +364,8 @@ pub struct RowResult {
     pub factor: f64,
     /// NPU sessions assumed.
     pub sessions: usize,
+    /// A held-out row whose error was seen before a later modelling change.
+    pub seen_before_change: bool,
 }
 
 /// Error summary of a set of rows.
@@ -359,6 +418,8 @@ pub struct ProfileValidation {
     pub heldout_npu: ErrorStats,
     /// Held-out CPU rows.
     pub heldout_cpu: ErrorStats,
+    /// Held-out rows not seen before any later modelling change (the independent check).
+    pub heldout_untouched: ErrorStats,
     /// Fit rows (how well the fit itself reproduces them).
     pub fit: ErrorStats,
 }
@@ -406,7 +467,7 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
         let profile = profiles
             .get(&r.profile)
             .ok_or_else(|| EngineError::InvalidRequest(format!("row `{}`: unknown profile `{}`", r.id, r.profile)))?;
-        let p = predict(r, profile)?;
+        let p = predict(r, &set.deployed_profile(r, profile)?)?;
         rows.push(RowResult {
             id: r.id.clone(),
             profile: r.profile.clone(),
@@ -419,6 +480,7 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
             rel_error: (p.tokens_per_s - r.value).abs() / r.value,
             factor: (p.tokens_per_s / r.value).max(r.value / p.tokens_per_s),
             sessions: p.sessions,
+            seen_before_change: set.heldout_seen_before_change.contains(&r.id),
         });
     }
     let summary = |name: &str| {
@@ -432,6 +494,9 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
             heldout: of(Split::Heldout, None),
             heldout_npu: of(Split::Heldout, Some(Unit::Npu)),
             heldout_cpu: of(Split::Heldout, Some(Unit::Cpu)),
+            heldout_untouched: ErrorStats::of(
+                rows.iter().filter(|r| r.profile == name && r.split == Split::Heldout && !r.seen_before_change),
+            ),
             fit: of(Split::Fit, None),
         }
     };
@@ -447,9 +512,9 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
 /// A profile parameter the fit may set, and the rows that inform it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FitParam {
-    /// `npu.matrix_efficiency`, from NPU prefill rows (compute bound).
+    /// `npu.matrix_efficiency`, from vendor-runtime NPU prefill rows (compute bound).
     NpuMatrixEfficiency,
-    /// `npu.dram_read_gbps`, from NPU decode rows (weight streaming bound).
+    /// `npu.dram_read_gbps`, from vendor-runtime NPU decode rows (weight streaming bound).
     NpuDramReadGbps,
     /// `cpu.matrix_efficiency`, from CPU prefill rows.
     CpuMatrixEfficiency,
@@ -480,10 +545,13 @@ impl FitParam {
             FitParam::CpuHalfEfficiencyRows => "cpu.half_efficiency_rows",
         }
     }
+    /// Whether `r` informs the parameter: the profile's NPU rates describe the vendor runtime, so
+    /// only its rows set them (a third-party runtime's rows set that runtime's factor).
     fn informed_by(self, r: &PublishedRow) -> bool {
+        let vendor_npu = r.unit == Unit::Npu && r.runtime.is_none();
         match self {
-            FitParam::NpuMatrixEfficiency => r.unit == Unit::Npu && r.workload.phase == Phase::Prefill,
-            FitParam::NpuDramReadGbps => r.unit == Unit::Npu && r.workload.phase == Phase::Decode,
+            FitParam::NpuMatrixEfficiency => vendor_npu && r.workload.phase == Phase::Prefill,
+            FitParam::NpuDramReadGbps => vendor_npu && r.workload.phase == Phase::Decode,
             FitParam::CpuMatrixEfficiency => r.unit == Unit::Cpu && r.workload.phase == Phase::Prefill,
             FitParam::CpuDramEfficiency | FitParam::CpuHalfEfficiencyRows => {
                 r.unit == Unit::Cpu && r.workload.phase == Phase::Decode
@@ -578,27 +646,7 @@ pub fn fit_profile(set: &ValidationSet, profile: &DeviceProfile) -> Result<(Devi
                 Ok(s)
             };
             let (lo, hi) = param.bounds(&p);
-            let (mut a, mut b) = (lo.ln(), hi.ln());
-            let g = (5f64.sqrt() - 1.0) / 2.0;
-            let mut c = b - g * (b - a);
-            let mut d = a + g * (b - a);
-            let (mut fc, mut fd) = (loss(c.exp(), &p)?, loss(d.exp(), &p)?);
-            for _ in 0..40 {
-                if fc < fd {
-                    b = d;
-                    d = c;
-                    fd = fc;
-                    c = b - g * (b - a);
-                    fc = loss(c.exp(), &p)?;
-                } else {
-                    a = c;
-                    c = d;
-                    fc = fd;
-                    d = a + g * (b - a);
-                    fd = loss(d.exp(), &p)?;
-                }
-            }
-            let v = round_sig(((a + b) / 2.0).exp(), 3);
+            let v = minimise_log_space(lo, hi, |v| loss(v, &p))?;
             param.set(&mut p, v);
             let at_bound = (v - lo).abs() / lo < 0.01 || (hi - v).abs() / hi < 0.01;
             let ids = rows.iter().map(|r| r.id.clone()).collect();
@@ -619,6 +667,80 @@ pub fn fit_profile(set: &ValidationSet, profile: &DeviceProfile) -> Result<(Devi
         }
     }
     Ok((p, out))
+}
+
+/// The fitted factor of the third-party runtime `name`: minimises the squared log error of its
+/// **fit** prefill rows (compute bound, as for `npu.matrix_efficiency`) with each row's profile
+/// from `profiles` as it stands. Returns the factor (3 significant digits) and the rows used.
+pub fn fit_runtime_factor(
+    set: &ValidationSet,
+    name: &str,
+    profiles: &BTreeMap<String, DeviceProfile>,
+) -> Result<(f64, Vec<String>)> {
+    let rows: Vec<&PublishedRow> = set
+        .rows
+        .iter()
+        .filter(|r| r.split == Split::Fit && r.runtime.as_deref() == Some(name) && r.workload.phase == Phase::Prefill)
+        .collect();
+    if rows.is_empty() {
+        return Err(EngineError::InvalidRequest(format!("runtime `{name}` has no fit prefill rows")));
+    }
+    let mut deployed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let p = profiles
+            .get(&r.profile)
+            .ok_or_else(|| EngineError::InvalidRequest(format!("row `{}`: unknown profile `{}`", r.id, r.profile)))?;
+        // Sessions depend on memory only: fix them once at the vendor profile.
+        let mut row = (*r).clone();
+        row.sessions = Some(row.sessions.map_or_else(|| predict(r, p).map(|x| x.sessions), Ok)?);
+        deployed.push((row, p));
+    }
+    let loss = |f: f64| -> Result<f64> {
+        let mut s = 0.0;
+        for (r, p) in &deployed {
+            let e = (predict(r, &with_matrix_factor(p, f))?.tokens_per_s / r.value).ln();
+            s += e * e;
+        }
+        Ok(s)
+    };
+    // A third-party runtime may beat the vendor's, hence the upper bound above 1.
+    let f = minimise_log_space(1e-2, 4.0, loss)?;
+    Ok((f, rows.iter().map(|r| r.id.clone()).collect()))
+}
+
+/// `profile` with its NPU matrix efficiency scaled by `factor`.
+fn with_matrix_factor(profile: &DeviceProfile, factor: f64) -> DeviceProfile {
+    let mut p = profile.clone();
+    if let Some(n) = p.npu.as_mut() {
+        n.matrix_efficiency.value *= factor;
+    }
+    p
+}
+
+/// Golden-section search of `loss` over `[lo, hi]` in log space; the minimiser to 3 significant
+/// digits.
+fn minimise_log_space(lo: f64, hi: f64, mut loss: impl FnMut(f64) -> Result<f64>) -> Result<f64> {
+    let (mut a, mut b) = (lo.ln(), hi.ln());
+    let g = (5f64.sqrt() - 1.0) / 2.0;
+    let mut c = b - g * (b - a);
+    let mut d = a + g * (b - a);
+    let (mut fc, mut fd) = (loss(c.exp())?, loss(d.exp())?);
+    for _ in 0..40 {
+        if fc < fd {
+            b = d;
+            d = c;
+            fd = fc;
+            c = b - g * (b - a);
+            fc = loss(c.exp())?;
+        } else {
+            a = c;
+            c = d;
+            fc = fd;
+            d = a + g * (b - a);
+            fd = loss(d.exp())?;
+        }
+    }
+    Ok(round_sig(((a + b) / 2.0).exp(), 3))
 }
 
 /// `x` rounded to `digits` significant digits.
