@@ -4,9 +4,10 @@
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
 
-use unmask_engine::backend::batch::ForwardBatcher;
+use unmask_engine::backend::batch::{ForwardBatcher, MAX_PASSED_OVER};
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::{Backend, ForwardStats};
 use unmask_engine::decode::{generate, CancelFlag, DecodeSettings, StepFrame};
@@ -157,6 +158,60 @@ fn decodes_sharing_a_batcher_give_their_lone_tokens_and_are_packed() {
     assert_eq!(c.forwards, lengths.iter().sum::<usize>() as u64, "one forward per step of each decode");
     assert_eq!(c.largest, 4, "all four decodes joined before the first forward: it carries all four");
     assert!(c.mean_batch() > 2.0, "forwards were not packed: {c:?}");
+}
+
+#[test]
+fn a_decode_going_ahead_runs_without_waiting_for_the_pack_and_the_others_are_not_starved() {
+    let loaded = load_model(&model_dir("tiny-llada")).unwrap();
+    let prompts: Vec<Vec<u32>> = ["What is 5+6?", "Reverse: lamp desk", "Sort: kiwi plum fig"]
+        .iter()
+        .map(|p| loaded.tokenizer.encode(p).unwrap())
+        .collect();
+    let m = Arc::new(loaded.transformer);
+    let n = 16;
+    let mut alone_backend = CpuBackend::new(m.clone());
+    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| decode(&mut alone_backend, p, &settings(n))).collect();
+
+    let batcher = ForwardBatcher::new(Box::new(CpuBackend::new(m.clone())));
+    // Steps each decode has taken; the first decode goes ahead.
+    let steps: Arc<Vec<AtomicUsize>> = Arc::new((0..prompts.len()).map(|_| AtomicUsize::new(0)).collect());
+    let others_when_first_done = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(prompts.len()));
+    let threads: Vec<_> = prompts
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, p)| {
+            let (batcher, start, steps, seen) =
+                (batcher.clone(), start.clone(), steps.clone(), others_when_first_done.clone());
+            std::thread::spawn(move || {
+                let mut member = batcher.member();
+                let joined = batcher.join();
+                joined.go_ahead(i == 0);
+                start.wait();
+                let out = generate(&mut member, &p, &settings(n), &CancelFlag::new(), |_: &StepFrame| {
+                    steps[i].fetch_add(1, Ordering::SeqCst);
+                    ControlFlow::Continue(())
+                })
+                .unwrap();
+                if i == 0 {
+                    *seen.lock().unwrap() = steps.iter().skip(1).map(|s| s.load(Ordering::SeqCst)).collect();
+                }
+                drop(joined);
+                out.tokens
+            })
+        })
+        .collect();
+    let batched: Vec<Vec<u32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(batched, alone, "going ahead changed a decode's tokens");
+    // Every packed forward carries the decode going ahead; the others' blocks join at most one
+    // in MAX_PASSED_OVER + 1 of them while it runs.
+    let bound = n.div_ceil(MAX_PASSED_OVER as usize + 1);
+    let seen = others_when_first_done.lock().unwrap().clone();
+    assert!(seen.iter().all(|&s| s <= bound), "others took {seen:?} steps while the first took {n} (bound {bound})");
+    let c = batcher.counters();
+    assert_eq!(c.forwards, (n * prompts.len()) as u64, "one forward per step of each decode");
+    assert!(c.passed_over > 0, "no forward went ahead: {c:?}");
 }
 
 /// A backend that panics on its third forward.

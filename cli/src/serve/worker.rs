@@ -185,6 +185,7 @@ impl Worker {
             "packed_forwards": c.batches,
             "sequence_forwards": c.forwards,
             "largest": c.largest,
+            "first_token_forwards": c.passed_over,
         })
     }
 
@@ -287,6 +288,14 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
     let mut frames = 0u64;
     let started = Instant::now();
     let result = {
+        // Packed forwards wait for this run's blocks from here until it ends (and no longer).
+        let batching = ctx.batcher.as_ref().map(|b| b.join());
+        // A streaming client waits for its first token: until the answer's first token is final
+        // (what starts its text), this run's blocks go ahead of the pack's.
+        let mut awaiting_first_token = want_frames;
+        if let Some(b) = batching.as_ref().filter(|_| awaiting_first_token) {
+            b.go_ahead(true);
+        }
         let mut on_frame = |f: &StepFrame| {
             frames += 1;
             if let Some(r) = recorder.as_mut() {
@@ -295,6 +304,12 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
             for c in &f.changes {
                 if let Some(slot) = c.pos.checked_sub(prompt_len).and_then(|i| partial.get_mut(i)) {
                     *slot = (c.state != TokenState::Masked).then_some(c.token);
+                }
+                if awaiting_first_token && c.pos == prompt_len && c.state == TokenState::Stable {
+                    awaiting_first_token = false;
+                    if let Some(b) = &batching {
+                        b.go_ahead(false);
+                    }
                 }
             }
             if events.is_closed() {
@@ -305,8 +320,6 @@ fn run_job(session: &mut Session, job: Job, cancel: CancelFlag, ctx: &Context) {
             }
             ControlFlow::Continue(())
         };
-        // Packed forwards wait for this run's blocks from here until it ends (and no longer).
-        let _batching = ctx.batcher.as_ref().map(|b| b.join());
         session.run(&ids, &settings, &cancel, &mut on_frame)
     };
     let partial = matches!(result, Err(EngineError::Cancelled)).then(|| {

@@ -7,10 +7,18 @@
 //! joined decode has a block waiting, on the thread of the last one to arrive, so no decode
 //! waits for a forward it is not part of and none waits on a timer. The decoding loops stay as
 //! they are: batching is invisible to them except in time.
+//!
+//! A decode may go ahead ([`Joined::go_ahead`]): while any decode that goes ahead is running, a
+//! packed forward runs as soon as those decodes have their blocks waiting, without the others'
+//! blocks. A server uses it for requests that have not shown their first token yet, so that a
+//! newcomer's first token does not wait for the whole pack's compute. The blocks passed over
+//! wait at most [`MAX_PASSED_OVER`] such forwards in a row, so nobody starves.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 use super::{Backend, CostProfile, ForwardStats};
 use crate::error::{EngineError, Result};
@@ -27,7 +35,13 @@ struct Pending {
     logits_rows: Vec<usize>,
     kv: KvMode,
     cache: Option<KvCache>,
+    /// Submitted by a decode that goes ahead.
+    ahead: bool,
 }
+
+/// How many packed forwards in a row may run without the blocks of decodes that do not go
+/// ahead while those blocks wait; the next one takes every block.
+pub const MAX_PASSED_OVER: u32 = 3;
 
 /// How much packing happened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +52,8 @@ pub struct BatchCounters {
     pub forwards: u64,
     /// The most sequences one packed forward carried.
     pub largest: usize,
+    /// Packed forwards that ran only the blocks of decodes going ahead while others waited.
+    pub passed_over: u64,
 }
 
 impl BatchCounters {
@@ -62,12 +78,53 @@ struct BatchState {
     leading: bool,
     next_ticket: u64,
     counters: BatchCounters,
+    /// The threads of joined decodes that go ahead.
+    ahead: HashSet<ThreadId>,
+    /// Packed forwards run in a row without waiting blocks of decodes that do not go ahead.
+    passed_over: u32,
+}
+
+/// Which waiting blocks the next packed forward takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    All,
+    Ahead,
 }
 
 impl BatchState {
-    /// Every decode that takes part has a block waiting, and nobody is running one.
-    fn ready(&self) -> bool {
-        !self.leading && !self.pending.is_empty() && self.pending.len() >= self.joined
+    /// The packed forward that can run now, if any: the blocks of the decodes going ahead as soon
+    /// as all of them wait (unless the others were passed over too often already), else every
+    /// block once every joined decode has one waiting. Nothing while a forward runs.
+    fn next(&self) -> Option<Take> {
+        if self.leading || self.pending.is_empty() {
+            return None;
+        }
+        let ahead_waiting = self.pending.iter().filter(|p| p.ahead).count();
+        let others_waiting = ahead_waiting < self.pending.len();
+        if !self.ahead.is_empty()
+            && ahead_waiting >= self.ahead.len()
+            && (!others_waiting || self.passed_over < MAX_PASSED_OVER)
+        {
+            return Some(if others_waiting { Take::Ahead } else { Take::All });
+        }
+        (self.pending.len() >= self.joined).then_some(Take::All)
+    }
+
+    /// Removes the blocks `take` runs.
+    fn take(&mut self, take: Take) -> Vec<Pending> {
+        match take {
+            Take::All => {
+                self.passed_over = 0;
+                std::mem::take(&mut self.pending)
+            }
+            Take::Ahead => {
+                self.passed_over += 1;
+                self.counters.passed_over += 1;
+                let (ahead, rest) = std::mem::take(&mut self.pending).into_iter().partition(|p| p.ahead);
+                self.pending = rest;
+                ahead
+            }
+        }
     }
 }
 
@@ -100,10 +157,11 @@ impl ForwardBatcher {
     }
 
     /// Takes part in batches until the guard is dropped: from now on no packed forward runs
-    /// without this decode's next block. Join for exactly the length of a run.
+    /// without this decode's next block (unless decodes going ahead pass it over). Join for
+    /// exactly the length of a run, on the thread that decodes it: the guard stays on that thread.
     pub fn join(self: &Arc<Self>) -> Joined {
         self.lock().joined += 1;
-        Joined { batcher: Arc::clone(self) }
+        Joined { batcher: Arc::clone(self), thread: std::thread::current().id(), _on_this_thread: PhantomData }
     }
 
     /// Packing so far.
@@ -121,6 +179,7 @@ impl ForwardBatcher {
         let mut st = self.lock();
         let ticket = st.next_ticket;
         st.next_ticket += 1;
+        let ahead = st.ahead.contains(&std::thread::current().id());
         st.pending.push(Pending {
             ticket,
             tokens: req.tokens.to_vec(),
@@ -129,6 +188,7 @@ impl ForwardBatcher {
             kv: req.kv,
             // The cache travels with the block (moved, not copied) and comes back with the result.
             cache: cache.as_deref_mut().map(std::mem::take),
+            ahead,
         });
         loop {
             if let Some((result, back)) = st.done.remove(&ticket) {
@@ -138,9 +198,9 @@ impl ForwardBatcher {
                 }
                 return result;
             }
-            if st.ready() {
+            if let Some(take) = st.next() {
                 st.leading = true;
-                let batch = std::mem::take(&mut st.pending);
+                let batch = st.take(take);
                 drop(st);
                 let results = self.run(batch);
                 st = self.lock();
@@ -188,15 +248,32 @@ fn lost(why: &str) -> EngineError {
     EngineError::Backend { backend: "batch".into(), reason: why.into() }
 }
 
-/// A decode's part in batching, for the length of its run.
+/// A decode's part in batching, for the length of its run (tied to its thread, which its
+/// blocks are known by).
 pub struct Joined {
     batcher: Arc<ForwardBatcher>,
+    thread: ThreadId,
+    _on_this_thread: PhantomData<*const ()>,
+}
+
+impl Joined {
+    /// From now on (`true`) this decode's blocks go ahead of the others', or (`false`) no
+    /// longer: see the module's documentation.
+    pub fn go_ahead(&self, on: bool) {
+        let mut st = self.batcher.lock();
+        let changed = if on { st.ahead.insert(self.thread) } else { st.ahead.remove(&self.thread) };
+        if changed {
+            // Whether a packed forward can run depends on who goes ahead.
+            self.batcher.turn.notify_all();
+        }
+    }
 }
 
 impl Drop for Joined {
     fn drop(&mut self) {
         let mut st = self.batcher.lock();
         st.joined = st.joined.saturating_sub(1);
+        st.ahead.remove(&self.thread);
         // The others may have been waiting only for this decode.
         self.batcher.turn.notify_all();
     }
