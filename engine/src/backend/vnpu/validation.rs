@@ -13,8 +13,9 @@
 //!   profile's token and context buckets). The NPU-visible budget is the fewest whole sessions
 //!   of the profile that hold the model without streaming (up to the profile's session limit), as
 //!   published runtimes split large models over sessions (llama.cpp's Hexagon backend: "an 8B
-//!   model needs two"); a row may name its sessions instead. The profile's NPU rates describe the vendor's own runtime (Qualcomm Genie / QNN context
-//!   binaries, the execution model the product's QNN backend follows). A row measured with a
+//!   model needs two"); a row may name its sessions instead. The profile's NPU rates describe
+//!   the vendor's own runtime (Qualcomm Genie / QNN context binaries, the execution model the
+//!   product's QNN backend follows). A row measured with a
 //!   third-party NPU runtime names it (`runtime`), and the profile's matrix efficiency is scaled by
 //!   that runtime's factor ([`RuntimeFactor`], fitted on the runtime's own fit rows);
 //! - **CPU rows** run [`cpu_simulator`] (Q4_0-class 4-bit weights, int8 dot products) on all the
@@ -618,14 +619,12 @@ pub struct FittedValue {
 /// search in log space within physical bounds), two coordinate-descent rounds. Parameters without
 /// fit rows keep their value. Returns the fitted profile and what changed.
 pub fn fit_profile(set: &ValidationSet, profile: &DeviceProfile) -> Result<(DeviceProfile, Vec<FittedValue>)> {
-    // The sessions a row needs depend on memory only, not on the fitted rates: fix them once.
-    let mut fit_rows: Vec<PublishedRow> =
-        set.rows.iter().filter(|r| r.split == Split::Fit && r.profile == profile.name).cloned().collect();
-    for r in &mut fit_rows {
-        if r.unit == Unit::Npu && r.sessions.is_none() {
-            r.sessions = Some(predict(r, profile)?.sessions);
-        }
-    }
+    let fit_rows: Vec<PublishedRow> = set
+        .rows
+        .iter()
+        .filter(|r| r.split == Split::Fit && r.profile == profile.name)
+        .map(|r| with_fixed_sessions(r, profile))
+        .collect::<Result<_>>()?;
     let mut p = profile.clone();
     let mut out: Vec<FittedValue> = Vec::new();
     for _round in 0..2 {
@@ -690,10 +689,7 @@ pub fn fit_runtime_factor(
         let p = profiles
             .get(&r.profile)
             .ok_or_else(|| EngineError::InvalidRequest(format!("row `{}`: unknown profile `{}`", r.id, r.profile)))?;
-        // Sessions depend on memory only: fix them once at the vendor profile.
-        let mut row = (*r).clone();
-        row.sessions = Some(row.sessions.map_or_else(|| predict(r, p).map(|x| x.sessions), Ok)?);
-        deployed.push((row, p));
+        deployed.push((with_fixed_sessions(r, p)?, p));
     }
     let loss = |f: f64| -> Result<f64> {
         let mut s = 0.0;
@@ -706,6 +702,16 @@ pub fn fit_runtime_factor(
     // A third-party runtime may beat the vendor's, hence the upper bound above 1.
     let f = minimise_log_space(1e-2, 4.0, loss)?;
     Ok((f, rows.iter().map(|r| r.id.clone()).collect()))
+}
+
+/// `row` with its NPU sessions fixed at what `profile` needs: sessions depend on memory only, not
+/// on the rates a fit varies, so they are computed once.
+fn with_fixed_sessions(row: &PublishedRow, profile: &DeviceProfile) -> Result<PublishedRow> {
+    let mut r = row.clone();
+    if r.unit == Unit::Npu && r.sessions.is_none() {
+        r.sessions = Some(predict(row, profile)?.sessions);
+    }
+    Ok(r)
 }
 
 /// `profile` with its NPU matrix efficiency scaled by `factor`.
