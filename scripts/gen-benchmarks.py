@@ -601,7 +601,32 @@ def render_quality(d):
             out.append("`UNMASK_QUALITY_PER_FAMILY=n` sets the unseen examples per family (decode s: the whole "
                        "unseen set's decoding time in this run; right answers / s: exact matches over all families "
                        "divided by that time, the measure that picks the default dLLM).\n")
+        lfams = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]
+        lrows = []
+        for n in names:
+            u = (m[n] or {}).get("unseen_long")
+            if not u:
+                continue
+            t = u.get("tasks") or {}
+
+            def lcell(f):
+                if f not in t:
+                    return NA
+                lo, hi = (t[f].get("ci95") or [None, None])
+                return f"{fx(t[f].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
+            lrows.append([f"`{n}`", g((m[n] or {}).get("unseen_long_examples_per_family"))]
+                         + [lcell(f) for f in lfams] + [fx(u.get("wall_s"), 0)])
+        if lrows:
+            out.append("**Long answers** (`models/data/unseen_long.jsonl`: answers of 60-260 tokens with held-out "
+                       "words, instructions and test-split paragraphs; models with a 512-token context; decoding stops "
+                       "after a block that ends in end-of-text). Exact "
+                       f"match, 95 % Wilson interval in brackets. {settings_line(d.get('unseen_long_settings'))}\n")
+            out.append(table(["model", "per family", *lfams, "decode s"], lrows))
     h = d.get("headline") or {}
+    if "default_dllm_by_unseen_correct_per_s" in h:
+        pick = h.get("default_dllm_by_unseen_correct_per_s")
+        out.append("Default dLLM by right unseen answers per second (both candidates evaluated in the same run): "
+                   + (f"`{pick}`." if pick else "- (not both evaluated in one run).") + "\n")
     if h.get("docs_examples_total") is not None:
         out.append(f"Answers that README.md and docs/ promise (a quoted prompt, the word answers, the answer), run through `unmask generate`: "
                    f"{g(h.get('docs_examples_passed'))} of {g(h.get('docs_examples_total'))} hold.\n")
@@ -662,6 +687,13 @@ def render_store(d):
 
 def render_serve(d):
     out = []
+    mdl = (d.get("setup") or {}).get("model")
+    if isinstance(mdl, dict):
+        out.append(f"Served model: `{g(mdl.get('name'))}` (its generation_config.json: gen_length "
+                   f"{g(mdl.get('gen_length'))}, block {g(mdl.get('block_length'))}, {g(mdl.get('steps'))} steps; "
+                   "`UNMASK_SERVE_MODEL=NAME bench/run serve` serves another embedded model).\n")
+    elif mdl:
+        out.append(f"Served model: {mdl}.\n")
     rows = []
     single = (d.get("one_at_a_time") or {}).get("levels") or []
     configs = [("batched (default)", d.get("levels") or [])]

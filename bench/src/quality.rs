@@ -1,9 +1,11 @@
-//! Suite `quality`: the four embedded models on the held-out test split, run by our
+//! Suite `quality`: the embedded models on the held-out test split, run by our
 //! Rust engine: exact match per task with reference decoding (LLaDA's low-confidence schedule for
 //! the dLLMs, greedy for the AR models), masked-token accuracy (dLLMs) or perplexity (AR) on
 //! held-out prose; the unseen set (`models/data/unseen.jsonl`: words and instructions no training
-//! example used, `models/train/skills.py`) per skill family with 95 % intervals; and every answer
-//! the README and docs promise, run through the `unmask` binary.
+//! example used, `models/train/skills.py`) per skill family with 95 % intervals; for dLLMs with a
+//! 512-token context the long-answer set (`models/data/unseen_long.jsonl`, answers of 60-260
+//! tokens); the default dLLM by right unseen answers per second; and every answer the README and
+//! docs promise, run through the `unmask` binary.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{json, Value};
 use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::decode::DecodeSettings;
+use unmask_engine::decode::{CacheMode, DecodeSettings};
 use unmask_engine::model::load_model;
 
 use crate::{docs_examples, prose, tasks};
@@ -29,14 +31,43 @@ fn unseen_path() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen.jsonl")
 }
 
+/// The long-answer families (`models/train/skills.py` LONG_FAMILIES), in report order.
+pub const LONG_FAMILIES: [&str; 5] = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"];
+
+/// Context a model needs for the long-answer set: prompts reach 278 tokens, answers 260.
+const LONG_CONTEXT: usize = 512;
+
+/// Canvas for the long-answer set: 256 tokens in blocks of 32, one token per step; the prefix
+/// and suffix K/V cached at each block's start (dual cache) and decoding stopped after a block
+/// that ends in end-of-text, so a 256-step decode of a 300-token prompt stays affordable.
+fn long_settings() -> DecodeSettings {
+    DecodeSettings {
+        gen_length: 256,
+        block_length: 32,
+        steps: 256,
+        cache: CacheMode::Dual,
+        early_stop_eos: true,
+        ..Default::default()
+    }
+}
+
+fn unseen_long_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen_long.jsonl")
+}
+
 /// The embedded models, in report order.
-pub const MODELS: [&str; 4] = ["tiny-llada", "tiny-ar", "tiny-draft", "tiny-llada-moe"];
+pub const MODELS: [&str; 5] = ["tiny-llada", "tiny-ar", "tiny-draft", "tiny-llada-moe", "small-llada"];
+
+/// The two embedded dLLMs the default is chosen from, by right answers per second of decoding
+/// on the unseen set.
+const DEFAULT_CANDIDATES: [&str; 2] = ["tiny_llada", "small_llada"];
 
 /// Evaluates one model directory; `None` when it is not there.
 fn eval_model(
     dir: &Path,
     per_task: usize,
     per_family: usize,
+    long_per_family: usize,
     settings: &DecodeSettings,
     prose_set: &prose::ProseSet,
 ) -> Result<Option<Value>> {
@@ -73,10 +104,41 @@ fn eval_model(
         uv["tasks"][fam]["ci95"] = json!([lo, hi]);
     }
     v["unseen"] = uv;
+    if cfg.arch.is_diffusion() && cfg.max_seq >= LONG_CONTEXT && long_per_family > 0 {
+        let long = tasks::load(&unseen_long_path(), long_per_family)?;
+        eprintln!("[quality] {} on the long-answer set: {} examples", dir.display(), long.len());
+        let l = tasks::evaluate_with(&mut backend, &tok, &template, &long, &long_settings(), &stop)?;
+        let mut lv = l.to_json();
+        for (fam, (ok, n)) in &l.per_task {
+            let (lo, hi) = tasks::wilson(*ok, *n);
+            lv["tasks"][fam]["ci95"] = json!([lo, hi]);
+        }
+        v["unseen_long"] = lv;
+    }
     Ok(Some(v))
 }
 
-/// Models to evaluate: `$UNMASK_QUALITY_MODELS` (comma-separated) or all four. Entries of models
+/// The default-model candidate with the most right unseen answers per second, when every
+/// candidate was evaluated in the same run (a ratio across runs would compare different
+/// machine states); `None` otherwise.
+fn default_pick(results: &serde_json::Map<String, Value>) -> Option<String> {
+    let entries: Vec<(&str, &Value)> =
+        DEFAULT_CANDIDATES.iter().filter_map(|m| results.get(*m).map(|v| (*m, v))).collect();
+    if entries.len() != DEFAULT_CANDIDATES.len() {
+        return None;
+    }
+    let stamp = entries[0].1["evaluated_at_unix"].as_u64()?;
+    if entries.iter().any(|(_, v)| v["evaluated_at_unix"].as_u64() != Some(stamp)) {
+        return None;
+    }
+    entries
+        .iter()
+        .filter_map(|(m, v)| v["unseen"]["correct_per_s"].as_f64().map(|c| (*m, c)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(m, _)| m.replace('_', "-"))
+}
+
+/// Models to evaluate: `$UNMASK_QUALITY_MODELS` (comma-separated) or all of them. Entries of models
 /// not evaluated in this run are kept from the existing `bench/results/quality.json`, each with
 /// its own `evaluated_at` time, so a slow model can be rerun alone.
 fn selected_models() -> Vec<String> {
@@ -108,6 +170,13 @@ pub fn run(quick: bool) -> Result<Value> {
         None if quick => 4,
         None => 300,
     };
+    // Long-answer examples per family (models with a 512-token context): all 300 by default,
+    // `$UNMASK_QUALITY_LONG_PER_FAMILY` overrides.
+    let long_per_family = match std::env::var("UNMASK_QUALITY_LONG_PER_FAMILY").ok().and_then(|s| s.parse().ok()) {
+        Some(n) => n,
+        None if quick => 1,
+        None => 300,
+    };
     let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
     // Reference LLaDA decoding: one block covering the short answers, one token per step (the
     // models' generation_config.json); AR models decode greedily up to gen_length tokens.
@@ -122,10 +191,13 @@ pub fn run(quick: bool) -> Result<Value> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     for name in MODELS.iter().filter(|m| wanted.iter().any(|w| w == *m)) {
         let started = std::time::Instant::now();
-        let mut v = eval_model(&models.join(name), per_task, per_family, &settings, &prose_set)?;
+        let mut v = eval_model(&models.join(name), per_task, per_family, long_per_family, &settings, &prose_set)?;
         if let Some(Value::Object(o)) = &mut v {
             o.insert("examples_per_task".into(), json!(per_task));
             o.insert("unseen_examples_per_family".into(), json!(per_family));
+            if o.contains_key("unseen_long") {
+                o.insert("unseen_long_examples_per_family".into(), json!(long_per_family));
+            }
             o.insert("evaluated_at_unix".into(), json!(stamp));
             o.insert("eval_elapsed_s".into(), json!(started.elapsed().as_secs_f64()));
         }
@@ -152,11 +224,19 @@ pub fn run(quick: bool) -> Result<Value> {
             headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen"]["tasks"][fam]["accuracy"].clone();
         }
         headline[format!("{model}_unseen_correct_per_s")] = v["unseen"]["correct_per_s"].clone();
+        if v.get("unseen_long").is_some() {
+            for fam in LONG_FAMILIES {
+                headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen_long"]["tasks"][fam]["accuracy"].clone();
+            }
+        }
     }
+    headline["default_dllm_by_unseen_correct_per_s"] = json!(default_pick(&results));
     Ok(json!({
         "headline": headline,
         "settings": settings,
         "unseen_settings": unseen_settings(),
+        "unseen_long_settings": long_settings(),
+        "unseen_long_examples_per_family_this_run": long_per_family,
         "unseen_examples_per_family_this_run": per_family,
         "docs_examples": docs,
         "examples_per_task_this_run": per_task,

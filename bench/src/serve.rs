@@ -1,5 +1,5 @@
-//! Suite `serve`: `unmask serve` under load on loopback. The real server binary against the
-//! embedded model, driven by in-process async clients (reqwest) that stream chat completions:
+//! Suite `serve`: `unmask serve` under load on loopback. The real server binary against an
+//! embedded model (`$UNMASK_SERVE_MODEL`, else the embedded default), driven by in-process async clients (reqwest) that stream chat completions:
 //! 1, 4, 16 and 64 concurrent clients for a bounded time each; requests/s, time to first token
 //! (first chunk carrying answer text) and total latency p50/p99, 429s and errors. Each level runs
 //! against two servers side by side, level by level: the default (concurrent requests decoded
@@ -26,6 +26,16 @@ use unmask_store::{RunStatus, Store};
 const LEVELS: [usize; 4] = [1, 4, 16, 64];
 /// Requests that may wait per model (the server's default).
 const QUEUE: usize = 16;
+/// Environment variable naming the embedded model to serve (default: the embedded default).
+const MODEL_ENV: &str = "UNMASK_SERVE_MODEL";
+
+/// The model every server of this run serves and every request names.
+fn served_model() -> String {
+    std::env::var(MODEL_ENV)
+        .ok()
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| unmask_engine::model::embedded::DEFAULT_MODEL.to_owned())
+}
 /// Longest a single request may take before it counts as an error.
 const REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
@@ -143,7 +153,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "openai_client_tests_passed": openai["passed"],
         },
         "setup": {
-            "model": "tiny-llada (embedded; its default 16 tokens in 16 steps)",
+            "model": model_setup(&served_model())?,
             "request": "streamed chat completion of `What is A+B?` with A, B unique per request",
             "queue_per_model": QUEUE,
             "batched": "the server's default: up to 16 requests decoded together, their forwards packed into one",
@@ -176,6 +186,19 @@ pub fn run(quick: bool) -> Result<Value> {
     }))
 }
 
+/// The served model and the decoding its generation_config.json gives every request.
+fn model_setup(name: &str) -> Result<Value> {
+    let dir = unmask_engine::model::embedded::embedded(name).with_context(|| format!("embedded model {name}"))?;
+    let g = unmask_engine::model::GenerationDefaults::read_from_dir(&dir)?;
+    Ok(json!({
+        "name": name,
+        "chosen_by": format!("${MODEL_ENV}, else the embedded default"),
+        "gen_length": g.gen_length,
+        "block_length": g.block_length,
+        "steps": g.steps,
+    }))
+}
+
 /// The 16-client p99 time to first token over the 1-client one.
 fn ttft_ratio(one: &Level, sixteen: &Level) -> Option<f64> {
     match (sixteen.ttft.p99, one.ttft.p99) {
@@ -199,17 +222,29 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>, one_single: &Leve
     // request's latency is about 16 / throughput, and its first token can only come early in
     // that time if it comes early in its own decode.
     let little_ms = (sixteen.rps > 0.0).then(|| 16.0 * 1e3 / sixteen.rps);
+    let tail_note = match late {
+        Some(l) if l > 0.8 => {
+            ": this model fills the end-of-text tail first and commits the answer's first token late, so little \
+             of a request's decode can yield to newcomers"
+        }
+        Some(_) => ": the answer's first token is final early in its decode",
+        None => "",
+    };
+    let advice = if late.is_some_and(|l| l > 0.8) {
+        " The ratio falls only with a model whose first token comes early in its decode (a smaller first \
+         block) or a packed forward much cheaper per request than a lone one."
+    } else {
+        ""
+    };
     format!(
         "Batched: the running requests decode together (one packed forward per step), and a streaming request \
          goes ahead of the pack until its first token is final (packed forwards of only those requests; the \
          others are passed over at most 3 forwards in a row). {:.2} req/s with 16 clients vs {:.2} one at a \
-         time in the same run. Alone, the first answer text comes {} into a {} request ({} of the way: this model \
-         fills the end-of-text tail first and commits the answer's first token late), so little of a request's \
-         decode can yield to newcomers. 16 closed-loop clients keep 16 requests in the server, so a request's \
-         latency is about 16 / throughput = {} whatever the order (measured p50 {}); the first token waits for \
-         most of it: TTFT p50 {} / p99 {} with 16 clients vs {} / {} alone, ratio {} at p99, {} at the medians \
-         (goal 3; one at a time the p99 ratio is {}). The ratio falls only with a model whose first token comes \
-         early in its decode (a smaller first block) or a packed forward much cheaper per request than a lone one.",
+         time in the same run. Alone, the first answer text comes {} into a {} request ({} of the way{tail_note}). \
+         16 closed-loop clients keep 16 requests in the server, so a request's latency is about 16 / throughput \
+         = {} whatever the order (measured p50 {}); with 16 clients the first token comes {} of the way into \
+         it: TTFT p50 {} / p99 {} with 16 clients vs {} / {} alone, ratio {} at p99, {} at the medians (goal 3; \
+         one at a time the p99 ratio is {}).{advice}",
         sixteen.rps,
         sixteen_single.rps,
         ms(one.ttft.p50),
@@ -217,6 +252,7 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>, one_single: &Leve
         f2(late),
         ms(little_ms),
         ms(sixteen.latency.p50),
+        f2(div(sixteen.ttft.p50, sixteen.latency.p50)),
         ms(sixteen.ttft.p50),
         ms(sixteen.ttft.p99),
         ms(one.ttft.p50),
@@ -227,9 +263,9 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>, one_single: &Leve
     )
 }
 
-/// The server's batching counters (`/v1/models/tiny-llada`).
+/// The server's batching counters (`/v1/models/MODEL`).
 async fn batch_report(http: &reqwest::Client, url: &str) -> Result<Value> {
-    let body = http.get(format!("{url}/v1/models/tiny-llada")).send().await?.text().await?;
+    let body = http.get(format!("{url}/v1/models/{}", served_model())).send().await?.text().await?;
     let v: Value = serde_json::from_str(&body)?;
     let mut b = v["unmask"]["batch"].clone();
     if let (Some(f), Some(p)) = (b["sequence_forwards"].as_f64(), b["packed_forwards"].as_f64()) {
@@ -279,7 +315,7 @@ impl Server {
         let mut child = Command::new(unmask)
             .arg("--data-dir")
             .arg(data)
-            .args(["serve", "--port", "0", "--queue", &QUEUE.to_string()])
+            .args(["serve", "--port", "0", "--queue", &QUEUE.to_string(), "--model", &served_model()])
             .args(extra)
             .env("UNMASK_LOG", "warn")
             .env_remove("UNMASK_MODEL")
@@ -508,7 +544,7 @@ async fn request(
     start: Instant,
 ) -> Requested {
     let t0 = Instant::now();
-    let body = json!({ "model": "tiny-llada", "stream": true, "messages": [{ "role": "user", "content": prompt }] });
+    let body = json!({ "model": served_model(), "stream": true, "messages": [{ "role": "user", "content": prompt }] });
     let mut sample = Sample {
         prompt,
         outcome: Outcome::Completed,
@@ -832,6 +868,7 @@ fn openai_client_tests(root: &Path, unmask: &Path) -> Result<Value> {
         .arg(root.join("tests/serve/openai_client_test.py"))
         .env("UNMASK_SERVE_URL", format!("{}/v1", server.url))
         .env("UNMASK_SERVE_KEY", "bench-key")
+        .env(MODEL_ENV, served_model())
         .output()
         .context("running the openai client tests")?;
     server.terminate(Duration::from_secs(60))?;

@@ -1,6 +1,7 @@
-//! The four embedded models (`models/tiny-*`) through our engine, cross-checked against the
-//! PyTorch training code's own decoders (`models/train/eval.py` wrote `eval_predictions.jsonl`
-//! and `reference_forward.json`), and through their Q8_0 / F32 GGUF exports.
+//! The embedded models (`models/tiny-*`, `models/small-llada`) through our engine, cross-checked
+//! against the PyTorch training code's own decoders (`models/train/eval.py` wrote
+//! `eval_predictions.jsonl` and `reference_forward.json`), and through their Q8_0 / F32 GGUF
+//! exports.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -9,25 +10,34 @@ use std::sync::Arc;
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::decode::{generate, trim_at_stop, CancelFlag, DecodeSettings, StepFrame};
 use unmask_engine::model::gguf::export_gguf;
-use unmask_engine::tensor::DType;
 use unmask_engine::model::{
     load_model, load_transformer_with, Architecture, ForwardRequest, KernelChoice, KvMode, LoadedModel,
 };
+use unmask_engine::tensor::DType;
 
-const MODELS: [(&str, Architecture); 4] = [
+const MODELS: [(&str, Architecture); 5] = [
     ("tiny-llada", Architecture::Llada),
     ("tiny-ar", Architecture::Llama),
     ("tiny-draft", Architecture::Llama),
     ("tiny-llada-moe", Architecture::LladaMoe),
+    ("small-llada", Architecture::Llada),
 ];
 
 fn model_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models").join(name)
 }
 
-/// The decoding the PyTorch eval used (generation_config.json: 16 / 16 / 16, temperature 0).
-fn settings() -> DecodeSettings {
-    DecodeSettings { gen_length: 16, block_length: 16, steps: 16, ..Default::default() }
+/// The decoding the PyTorch eval used: the model's generation_config.json (the tiny models
+/// 16 / 16 / 16, small-llada 64 tokens in blocks of 32, 64 steps), temperature 0.
+fn settings(m: &LoadedModel) -> DecodeSettings {
+    let g = &m.generation;
+    let gen_length = g.gen_length.unwrap_or(16);
+    DecodeSettings {
+        gen_length,
+        block_length: g.block_length.unwrap_or(gen_length),
+        steps: g.steps.unwrap_or(gen_length),
+        ..Default::default()
+    }
 }
 
 /// The first `per_task` PyTorch predictions of each task: (prompt, generated ids, answer text).
@@ -53,10 +63,10 @@ fn stop_ids(m: &LoadedModel) -> Vec<u32> {
     [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect()
 }
 
-/// Decodes `prompt` with `m`'s own tokenizer on `backend`; returns the generated ids.
-fn decode(backend: &mut CpuBackend, m: &LoadedModel, prompt: &str) -> Vec<u32> {
+/// Decodes `prompt` with `m`'s own tokenizer on `backend` with `settings`; returns the generated ids.
+fn decode(backend: &mut CpuBackend, m: &LoadedModel, prompt: &str, settings: &DecodeSettings) -> Vec<u32> {
     let ids = m.tokenizer.encode(prompt).unwrap();
-    generate(backend, &ids, &settings(), &CancelFlag::new(), |_: &StepFrame| ControlFlow::Continue(())).unwrap().tokens
+    generate(backend, &ids, settings, &CancelFlag::new(), |_: &StepFrame| ControlFlow::Continue(())).unwrap().tokens
 }
 
 #[test]
@@ -74,7 +84,7 @@ fn default_model_loads_with_tokenizer_template_and_defaults() {
 }
 
 #[test]
-fn all_four_models_share_the_tokenizer_and_load_as_their_family() {
+fn all_embedded_models_share_the_tokenizer_and_load_as_their_family() {
     let base = std::fs::read(model_dir("tiny-llada").join("tokenizer.json")).unwrap();
     for (name, arch) in MODELS {
         let dir = model_dir(name);
@@ -111,7 +121,7 @@ fn decoding_matches_pytorch(name: &str) {
     let cases = pytorch_cases(&dir, 2);
     let mut same = 0;
     for (prompt, want, _) in &cases {
-        let got = decode(&mut backend, &m, prompt);
+        let got = decode(&mut backend, &m, prompt, &settings(&m));
         // dLLMs: the whole canvas; AR: up to the stop token (PyTorch stops there).
         let (g, w) = if m.config().causal {
             (trim_at_stop(&got, &stop), trim_at_stop(want, &stop))
@@ -147,10 +157,15 @@ fn tiny_llada_moe_decoding_matches_pytorch_eval() {
     decoding_matches_pytorch("tiny-llada-moe");
 }
 
+#[test]
+fn small_llada_decoding_matches_pytorch_eval() {
+    decoding_matches_pytorch("small-llada");
+}
+
 /// One forward over prompt + masks matches PyTorch's logits (`reference_forward.json`).
 #[test]
 fn dllm_forward_logits_match_pytorch() {
-    for name in ["tiny-llada", "tiny-llada-moe"] {
+    for name in ["tiny-llada", "tiny-llada-moe", "small-llada"] {
         let dir = model_dir(name);
         let r: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("reference_forward.json")).unwrap()).unwrap();
@@ -184,8 +199,10 @@ fn gguf_generates_the_same(name: &str, per_task: usize, q8_min_same: f64) {
     let (t, _) = load_transformer_with(&dir, KernelChoice::Float).unwrap();
     let mut reference = CpuBackend::new(Arc::new(t));
     let cases = pytorch_cases(&dir, per_task);
+    // A GGUF carries no generation_config.json: both decode with the model directory's.
+    let settings = settings(&m);
     let want: Vec<Vec<u32>> =
-        cases.iter().map(|(p, _, _)| trim_at_stop(&decode(&mut reference, &m, p), &stop).to_vec()).collect();
+        cases.iter().map(|(p, _, _)| trim_at_stop(&decode(&mut reference, &m, p, &settings), &stop).to_vec()).collect();
     let tmp = tempfile::tempdir().unwrap();
     for (dtype, min_same) in [(DType::F32, 1.0), (DType::Q8_0, q8_min_same)] {
         let path = tmp.path().join(format!("{name}-{dtype}.gguf"));
@@ -199,7 +216,7 @@ fn gguf_generates_the_same(name: &str, per_task: usize, q8_min_same: f64) {
         for ((prompt, _, _), w) in cases.iter().zip(&want) {
             // The GGUF's own tokenizer must encode the prompt exactly as tokenizer.json does.
             assert_eq!(g.tokenizer.encode(prompt).unwrap(), m.tokenizer.encode(prompt).unwrap(), "{name} {dtype}");
-            let got = decode(&mut backend, &g, prompt);
+            let got = decode(&mut backend, &g, prompt, &settings);
             if trim_at_stop(&got, &stop) == &w[..] {
                 same += 1;
             } else {
@@ -238,4 +255,10 @@ fn tiny_llada_moe_gguf_generates_the_same() {
     // expert into a different answer more often than the dense models do: 7 of 9 measured on the
     // AVX-512 VNNI build machine, hence the lower bar.
     gguf_generates_the_same("tiny-llada-moe", 1, 0.7);
+}
+
+#[test]
+fn small_llada_gguf_generates_the_same() {
+    // One example per family: each decode is 64 forwards of a model four times tiny-llada's size.
+    gguf_generates_the_same("small-llada", 1, 0.75);
 }

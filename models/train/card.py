@@ -18,7 +18,7 @@ TASKS = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "continue", "ne
 CHANCE = {"kv": "0.10 (one digit)", "count": "0.125 (2-9)", "reverse": "1/6-1/120 (word orders)",
           "sort": "1/6-1/120", "add": "~0", "sub": "~0", "copy": "~0", "continue": "~0", "next": "~0"}
 
-DATA = """## Data and splits (shared by all four models; `train/data.py`)
+DATA = """## Data and splits (shared by all embedded models; `train/data.py`; the v2 skill families: `models/README.md`)
 
 * **Prose**: the 18 public-domain Project Gutenberg books of the project's shared corpus
   (`shared/data/corpus/gutenberg`, outside the repository; `--corpus DIR` or `UNMASK_CORPUS_DIR`
@@ -104,9 +104,14 @@ def eval_tables(name, rust, torch_res, causal):
                        + ", ".join(f"{v['acc'] * 100:.1f} % at mask ratio {k[4:]} (NLL {v['nll']:.2f})" for k, v in m.items()) + ".\n")
     if torch_res:
         tm = torch_res["task_exact_match"]
-        out.append(f"The PyTorch reference eval (`train/eval.py`, same prompts and decoding, first "
-                   f"{torch_res['n_examples'] // len(TASKS)} examples per task) gives "
-                   + ", ".join(f"{k} {tm[k]:.2f}" for k in TASKS if k in tm)
+        fams = [k for k in tm if k != "overall"]
+        g = torch_res.get("gen_config", {})
+        on = ("same prompts and decoding" if torch_res.get("data") == "data/test.jsonl"
+              else f"on `models/{torch_res.get('data')}`, gen_length {g.get('gen_length')}, block "
+                   f"{g.get('block_length')}, {g.get('steps')} steps")
+        out.append(f"The PyTorch reference eval (`train/eval.py`, {on}, first "
+                   f"{torch_res['n_examples'] // max(1, len(fams))} examples per task) gives "
+                   + ", ".join(f"{k} {tm[k]:.2f}" for k in fams)
                    + f" (overall {tm['overall']:.3f}); `engine/tests/embedded_model.rs` checks that our decoder "
                    "reproduces its generated ids token for token (2 examples per task) and that the Q8_0 / F32 GGUF "
                    "exports generate the same answers.\n")
@@ -129,6 +134,23 @@ def eval_tables(name, rust, torch_res, causal):
         out.append("| " + " | ".join(fams) + " |")
         out.append("|" + "---|" * len(fams))
         out.append("| " + " | ".join(cell(f) for f in fams) + " |\n")
+    lu = (rust or {}).get("unseen_long")
+    if lu:
+        fams = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]
+        t = lu["tasks"]
+
+        def lcell(f):
+            if f not in t:
+                return "-"
+            lo, hi = t[f].get("ci95", [float("nan")] * 2)
+            return f"{t[f]['accuracy']:.2f} ({lo:.2f}-{hi:.2f})"
+        out.append(f"**Long answers** (`models/data/unseen_long.jsonl`, answers of 60-260 tokens, held-out words, "
+                   f"instructions and test-split paragraphs; {rust.get('unseen_long_examples_per_family')} per family, "
+                   "our Rust engine; exact match with a 95 % Wilson interval; canvas 256 in blocks of 32, one token per "
+                   "step, prefix and suffix K/V cached per block, stopping after a block that ends in end-of-text):\n")
+        out.append("| " + " | ".join(fams) + " |")
+        out.append("|" + "---|" * len(fams))
+        out.append("| " + " | ".join(lcell(f) for f in fams) + " |\n")
     return "\n".join(out)
 
 

@@ -66,6 +66,8 @@ def parse_args(argv=None):
     ap.add_argument("--chat", type=int, default=48, help="chat examples per step")
     ap.add_argument("--prose-len", type=int, default=128)
     ap.add_argument("--region", type=int, default=16, help="dLLM SFT canvas (answer + padding) length")
+    ap.add_argument("--region-long", type=int, default=None,
+                    help="canvas of the long-answer families (default: --region)")
     ap.add_argument("--bucket", type=int, default=16, help="chat examples per forward (length-sorted)")
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--n-layers", type=int, default=8)
@@ -150,8 +152,9 @@ def template_of(arch):
 
 # ---------------------------------------------------------------- data
 class Batcher:
-    def __init__(self, tok: Tokenizer, args, cache_dir):
+    def __init__(self, tok: Tokenizer, args, cache_dir, max_len):
         self.tok, self.args, self.seed = tok, args, args.seed
+        self.max_len = max_len
         self.diffusion = args.arch != "llama"
         self.template = template_of(args.arch)
         self.eot = tok.token_to_id(data.ROLE_END if self.template == "llada_moe" else data.EOT)
@@ -187,21 +190,32 @@ class Batcher:
             a = a + [EOS_ID] * (max(region_len, len(a)) - len(a))
         return p, a
 
-    def region_len(self, rng):
+    def region_len(self, rng, family=None):
         # Mostly the eval/chat canvas; sometimes other lengths so other canvases work too.
+        region = self.args.region
+        if family in skills.LONG_FAMILIES and self.args.region_long:
+            region = self.args.region_long
         if rng.random() < 0.8:
-            return self.args.region
-        return int(rng.integers(8, 3 * self.args.region + 1))
+            return region
+        return int(rng.integers(8, 3 * region + 1))
 
     def chat(self, rng, kinds):
         """Chat examples in length buckets (sorted, `--bucket` per forward) so little is padded."""
         seqs = []
         for kind in kinds:
-            if self.skills is not None and rng.random() < self.args.skills:
-                _, msg, ans = self.skills.sample(rng)
-            else:
-                _, msg, ans = self.tasks.sample(rng)
-            p, a = self.encode_chat(msg, ans, self.region_len(rng))
+            while True:
+                if self.skills is not None and rng.random() < self.args.skills:
+                    family, msg, ans = self.skills.sample(rng)
+                else:
+                    family, msg, ans = self.tasks.sample(rng)
+                p, a = self.encode_chat(msg, ans, self.region_len(rng, family))
+                if len(p) + len(a) <= self.max_len:
+                    break
+                # A canvas past the model's context is trimmed to it, or the example redrawn.
+                bare = len(self.encode_chat(msg, ans, 0)[1])
+                if len(p) + bare <= self.max_len:
+                    a = a[:self.max_len - len(p)]
+                    break
             seqs.append((p, a, kind))
         seqs.sort(key=lambda s: len(s[0]) + len(s[1]))
         k = self.args.bucket
@@ -377,7 +391,7 @@ def main():
     cfg = model.cfg
     print(f"params {model.num_params():,}  cfg {cfg}", flush=True)
 
-    batcher = Batcher(tok, args, args.ckpt_dir)
+    batcher = Batcher(tok, args, args.ckpt_dir, cfg.max_sequence_length)
     val_stream = batcher._prose_stream("val", args.ckpt_dir)
     val_rows = data.heldout_set("val")
     print(f"train prose tokens {len(batcher.stream):,}  val prose tokens {len(val_stream):,}", flush=True)
