@@ -622,6 +622,8 @@ def render_quality(d):
                        "after a block that ends in end-of-text). Exact "
                        f"match, 95 % Wilson interval in brackets. {settings_line(d.get('unseen_long_settings'))}\n")
             out.append(table(["model", "per family", *lfams, "decode s"], lrows))
+            out.append("`UNMASK_QUALITY_LONG_PER_FAMILY=n` sets the long-answer examples per family (all 300 "
+                       "by default).\n")
     h = d.get("headline") or {}
     if "default_dllm_by_unseen_correct_per_s" in h:
         pick = h.get("default_dllm_by_unseen_correct_per_s")

@@ -1,14 +1,15 @@
 //! Suite `serve`: `unmask serve` under load on loopback. The real server binary against an
-//! embedded model (`$UNMASK_SERVE_MODEL`, else the embedded default), driven by in-process async clients (reqwest) that stream chat completions:
-//! 1, 4, 16 and 64 concurrent clients for a bounded time each; requests/s, time to first token
-//! (first chunk carrying answer text) and total latency p50/p99, 429s and errors. Each level runs
-//! against two servers side by side, level by level: the default (concurrent requests decoded
-//! together, their forwards packed into one) and `--batch 1` (one request at a time). Then a fault
-//! run: clients that hang up mid-stream at random and a SIGKILL of the server mid-load, a restart
-//! on the same data folder, and a check of the store: every run a client learnt of is there
-//! once, in a final status that matches what the client saw (completed, cancelled by its client,
-//! or interrupted by the kill); no run duplicated, none stuck `running`. Last, the official
-//! `openai` Python package's tests (tests/serve/openai_client_test.py) against the server.
+//! embedded model (`$UNMASK_SERVE_MODEL`, else the embedded default), driven by in-process async
+//! clients (reqwest) that stream chat completions: 1, 4, 16 and 64 concurrent clients for a
+//! bounded time each; requests/s, time to first token (first chunk carrying answer text) and
+//! total latency p50/p99, 429s and errors. Each level runs against two servers side by side,
+//! level by level: the default (concurrent requests decoded together, their forwards packed into
+//! one) and `--batch 1` (one request at a time). Then a fault run: clients that hang up
+//! mid-stream at random and a SIGKILL of the server mid-load, a restart on the same data folder,
+//! and a check of the store: every run a client learnt of is there once, in a final status that
+//! matches what the client saw (completed, cancelled by its client, or interrupted by the kill);
+//! no run duplicated, none stuck `running`. Last, the official `openai` Python package's tests
+//! (tests/serve/openai_client_test.py) against the server.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -28,6 +29,8 @@ const LEVELS: [usize; 4] = [1, 4, 16, 64];
 const QUEUE: usize = 16;
 /// Environment variable naming the embedded model to serve (default: the embedded default).
 const MODEL_ENV: &str = "UNMASK_SERVE_MODEL";
+/// Longest a single request may take before it counts as an error.
+const REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
 /// The model every server of this run serves and every request names.
 fn served_model() -> String {
@@ -36,8 +39,6 @@ fn served_model() -> String {
         .filter(|m| !m.trim().is_empty())
         .unwrap_or_else(|| unmask_engine::model::embedded::DEFAULT_MODEL.to_owned())
 }
-/// Longest a single request may take before it counts as an error.
-const REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
 pub fn run(quick: bool) -> Result<Value> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -482,7 +483,7 @@ async fn drive(
             while Instant::now() < deadline {
                 let k = counter.fetch_add(1, Ordering::Relaxed);
                 // Half the hang-ups come while the request may still wait in the queue, half while
-                // its run decodes (the tiny model takes about 0.2 s per answer).
+                // its run decodes (tiny-llada takes about 0.2 s per answer).
                 let drop = (unit(k) < drop_chance).then(|| HangUp {
                     after_start: unit(k ^ 0x5EED) < 0.5,
                     delay: Duration::from_secs_f64(0.25 * unit(k ^ 0xD1B5)),
