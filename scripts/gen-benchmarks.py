@@ -542,6 +542,14 @@ def render_ablation(d):
     return "\n".join(out)
 
 
+def ci_cell(tasks, family):
+    """A family's accuracy with its 95 % interval, or a dash when the family was not run."""
+    if family not in tasks:
+        return NA
+    lo, hi = (tasks[family].get("ci95") or [None, None])
+    return f"{fx(tasks[family].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
+
+
 def render_quality(d):
     out = []
     m = d.get("models") or {}
@@ -583,13 +591,7 @@ def render_quality(d):
             if not u:
                 continue
             t = u.get("tasks") or {}
-
-            def cell(f):
-                if f not in t:
-                    return NA
-                lo, hi = (t[f].get("ci95") or [None, None])
-                return f"{fx(t[f].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
-            urows.append([f"`{n}`", g((m[n] or {}).get("unseen_examples_per_family"))] + [cell(f) for f in fams]
+            urows.append([f"`{n}`", g((m[n] or {}).get("unseen_examples_per_family"))] + [ci_cell(t, f) for f in fams]
                          + [fx(u.get("wall_s"), 0), fx(u.get("correct_per_s"), 2)])
         if urows:
             out.append("**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, written by "
@@ -608,14 +610,8 @@ def render_quality(d):
             if not u:
                 continue
             t = u.get("tasks") or {}
-
-            def lcell(f):
-                if f not in t:
-                    return NA
-                lo, hi = (t[f].get("ci95") or [None, None])
-                return f"{fx(t[f].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
             lrows.append([f"`{n}`", g((m[n] or {}).get("unseen_long_examples_per_family"))]
-                         + [lcell(f) for f in lfams] + [fx(u.get("wall_s"), 0)])
+                         + [ci_cell(t, f) for f in lfams] + [fx(u.get("wall_s"), 0)])
         if lrows:
             out.append("**Long answers** (`models/data/unseen_long.jsonl`: answers of 60-260 tokens with held-out "
                        "words, instructions and test-split paragraphs; models with a 512-token context; decoding stops "

@@ -99,23 +99,25 @@ fn eval_model(
     // must earn its slower forwards with more right answers in the same time).
     let (correct, _) = u.correct();
     uv["correct_per_s"] = json!(if u.wall_s > 0.0 { Some(correct as f64 / u.wall_s) } else { None });
-    for (fam, (ok, n)) in &u.per_task {
-        let (lo, hi) = tasks::wilson(*ok, *n);
-        uv["tasks"][fam]["ci95"] = json!([lo, hi]);
-    }
+    with_ci95(&mut uv, &u);
     v["unseen"] = uv;
     if cfg.arch.is_diffusion() && cfg.max_seq >= LONG_CONTEXT && long_per_family > 0 {
         let long = tasks::load(&unseen_long_path(), long_per_family)?;
         eprintln!("[quality] {} on the long-answer set: {} examples", dir.display(), long.len());
         let l = tasks::evaluate_with(&mut backend, &tok, &template, &long, &long_settings(), &stop)?;
         let mut lv = l.to_json();
-        for (fam, (ok, n)) in &l.per_task {
-            let (lo, hi) = tasks::wilson(*ok, *n);
-            lv["tasks"][fam]["ci95"] = json!([lo, hi]);
-        }
+        with_ci95(&mut lv, &l);
         v["unseen_long"] = lv;
     }
     Ok(Some(v))
+}
+
+/// Adds each family's 95 % Wilson interval to `json` (the `to_json` of `r`).
+fn with_ci95(json: &mut Value, r: &tasks::EvalResult) {
+    for (fam, (ok, n)) in &r.per_task {
+        let (lo, hi) = tasks::wilson(*ok, *n);
+        json["tasks"][fam]["ci95"] = json!([lo, hi]);
+    }
 }
 
 /// The default-model candidate with the most right unseen answers per second, when every

@@ -32,12 +32,16 @@ const MODEL_ENV: &str = "UNMASK_SERVE_MODEL";
 /// Longest a single request may take before it counts as an error.
 const REQUEST_LIMIT: Duration = Duration::from_secs(120);
 
-/// The model every server of this run serves and every request names.
-fn served_model() -> String {
-    std::env::var(MODEL_ENV)
-        .ok()
-        .filter(|m| !m.trim().is_empty())
-        .unwrap_or_else(|| unmask_engine::model::embedded::DEFAULT_MODEL.to_owned())
+/// The model every server of this run serves and every request names (read once: requests
+/// name it on the load path).
+fn served_model() -> &'static str {
+    static MODEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| {
+        std::env::var(MODEL_ENV)
+            .ok()
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or_else(|| unmask_engine::model::embedded::DEFAULT_MODEL.to_owned())
+    })
 }
 
 pub fn run(quick: bool) -> Result<Value> {
@@ -154,7 +158,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "openai_client_tests_passed": openai["passed"],
         },
         "setup": {
-            "model": model_setup(&served_model())?,
+            "model": model_setup(served_model())?,
             "request": "streamed chat completion of `What is A+B?` with A, B unique per request",
             "queue_per_model": QUEUE,
             "batched": "the server's default: up to 16 requests decoded together, their forwards packed into one",
@@ -223,19 +227,15 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>, one_single: &Leve
     // request's latency is about 16 / throughput, and its first token can only come early in
     // that time if it comes early in its own decode.
     let little_ms = (sixteen.rps > 0.0).then(|| 16.0 * 1e3 / sixteen.rps);
-    let tail_note = match late {
-        Some(l) if l > 0.8 => {
+    let (tail_note, advice) = match late {
+        Some(l) if l > 0.8 => (
             ": this model fills the end-of-text tail first and commits the answer's first token late, so little \
-             of a request's decode can yield to newcomers"
-        }
-        Some(_) => ": the answer's first token is final early in its decode",
-        None => "",
-    };
-    let advice = if late.is_some_and(|l| l > 0.8) {
-        " The ratio falls only with a model whose first token comes early in its decode (a smaller first \
-         block) or a packed forward much cheaper per request than a lone one."
-    } else {
-        ""
+             of a request's decode can yield to newcomers",
+            " The ratio falls only with a model whose first token comes early in its decode (a smaller first \
+             block) or a packed forward much cheaper per request than a lone one.",
+        ),
+        Some(_) => (": the answer's first token is final early in its decode", ""),
+        None => ("", ""),
     };
     format!(
         "Batched: the running requests decode together (one packed forward per step), and a streaming request \
@@ -316,7 +316,7 @@ impl Server {
         let mut child = Command::new(unmask)
             .arg("--data-dir")
             .arg(data)
-            .args(["serve", "--port", "0", "--queue", &QUEUE.to_string(), "--model", &served_model()])
+            .args(["serve", "--port", "0", "--queue", &QUEUE.to_string(), "--model", served_model()])
             .args(extra)
             .env("UNMASK_LOG", "warn")
             .env_remove("UNMASK_MODEL")

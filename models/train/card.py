@@ -83,6 +83,17 @@ def last_log(log_path):
     return rows, (val[-1] if val else None)
 
 
+def ci_table(tasks, fams):
+    """One-row table: each family's accuracy with its 95 % interval ("-" when not run)."""
+    def cell(f):
+        if f not in tasks:
+            return "-"
+        lo, hi = tasks[f].get("ci95", [float("nan")] * 2)
+        return f"{tasks[f]['accuracy']:.2f} ({lo:.2f}-{hi:.2f})"
+    return ("| " + " | ".join(fams) + " |\n|" + "---|" * len(fams) + "\n| "
+            + " | ".join(cell(f) for f in fams) + " |\n")
+
+
 def eval_tables(name, rust, torch_res, causal):
     out = []
     if rust:
@@ -118,39 +129,19 @@ def eval_tables(name, rust, torch_res, causal):
     out.append("Chance levels for reference: " + ", ".join(f"{k} {v}" for k, v in CHANCE.items()) + ".\n")
     u = (rust or {}).get("unseen")
     if u:
-        fams = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
-        t = u["tasks"]
-
-        def cell(f):
-            if f not in t:
-                return "-"
-            lo, hi = t[f].get("ci95", [float("nan")] * 2)
-            return f"{t[f]['accuracy']:.2f} ({lo:.2f}-{hi:.2f})"
         out.append(f"**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, "
                    f"{rust.get('unseen_examples_per_family', 300)} per family, our Rust engine; exact match with a 95 % "
                    "Wilson interval; words, names, made-up words and instruction wordings no training example used, "
                    "see models/README.md; `chat` = the intent's exact reply; canvas 64 in blocks of 32, one token "
                    "per step):\n")
-        out.append("| " + " | ".join(fams) + " |")
-        out.append("|" + "---|" * len(fams))
-        out.append("| " + " | ".join(cell(f) for f in fams) + " |\n")
+        out.append(ci_table(u["tasks"], ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]))
     lu = (rust or {}).get("unseen_long")
     if lu:
-        fams = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]
-        t = lu["tasks"]
-
-        def lcell(f):
-            if f not in t:
-                return "-"
-            lo, hi = t[f].get("ci95", [float("nan")] * 2)
-            return f"{t[f]['accuracy']:.2f} ({lo:.2f}-{hi:.2f})"
         out.append(f"**Long answers** (`models/data/unseen_long.jsonl`, answers of 60-260 tokens, held-out words, "
                    f"instructions and test-split paragraphs; {rust.get('unseen_long_examples_per_family')} per family, "
                    "our Rust engine; exact match with a 95 % Wilson interval; canvas 256 in blocks of 32, one token per "
                    "step, prefix and suffix K/V cached per block, stopping after a block that ends in end-of-text):\n")
-        out.append("| " + " | ".join(fams) + " |")
-        out.append("|" + "---|" * len(fams))
-        out.append("| " + " | ".join(lcell(f) for f in fams) + " |\n")
+        out.append(ci_table(lu["tasks"], ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]))
     return "\n".join(out)
 
 
