@@ -584,6 +584,26 @@ def render_quality(d):
         out.append("`null` models in the JSON (model missing) show as dashes. `UNMASK_QUALITY_MODELS=a,b bench/run "
                    "quality` reruns some models and keeps the others' entries; `UNMASK_QUALITY_PER_TASK=n` sets "
                    "the examples per task.\n")
+        srows = []
+        for n in names:
+            x = m[n] or {}
+            sd = x.get("shipped_decoding")
+            if not sd:
+                continue
+            ss = sd.get("settings") or {}
+            lo, hi = sd.get("ci95") or [None, None]
+            rlo, rhi = sd.get("reference_ci95") or [None, None]
+            srows.append([f"`{n}`", f"{g(ss.get('gen_length'))} / {g(ss.get('block_length'))} / {g(ss.get('steps'))}",
+                          f"{fx(x.get('accuracy'), 3)} ({fx(rlo, 2)}-{fx(rhi, 2)})",
+                          f"{fx(sd.get('accuracy'), 3)} ({fx(lo, 2)}-{fx(hi, 2)})",
+                          fx(sd.get("same_answer_as_reference"), 3), fx(x.get("wall_s"), 1), fx(sd.get("wall_s"), 1)])
+        if srows:
+            out.append("**Shipped decoding**: a dLLM whose `generation_config.json` decodes the test split's canvas "
+                       "differently from the reference above, run with those settings (as `unmask generate` and "
+                       "`unmask serve` apply them, early stop at end-of-text included) on the same prompts, same run. "
+                       "Overall exact match, 95 % Wilson interval in brackets.\n")
+            out.append(table(["model", "shipped gen / block / steps", "reference accuracy", "shipped accuracy",
+                              "same answer", "reference decode s", "shipped decode s"], srows))
         fams = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
         urows = []
         for n in names:
@@ -770,6 +790,21 @@ def render_specar(d):
                        "relative to one token (measured; a perfect draft's ceiling is tokens / ratio): " +
                        ", ".join(f"{k} tokens {fx(v.get('ratio_to_one_token'), 2)}x ({fx(1e3 * v.get('median_s', 0), 1)} ms)"
                                  for k, v in sorted(vc.items(), key=lambda kv: int(kv[0]))) + ".\n")
+        per_task = p.get("per_task") or {}
+        if per_task:
+            names = [n for n in ms if n != "ar"]
+            out.append("Acceptance per task family (accepted / judged drafts; tokens/s relative to AR on the same prompts):\n")
+            rows = [[t, g(v.get("prompts"))] + [f"{pct((v['methods'].get(n) or {}).get('acceptance_rate'))} "
+                                                 f"({fx((v['methods'].get(n) or {}).get('speedup_vs_ar'), 2)}x)" for n in names]
+                    for t, v in per_task.items()]
+            out.append(table(["task", "prompts"] + [f"`{n}`" for n in names], rows))
+        tuning = p.get("tuning") or {}
+        if tuning.get("methods"):
+            out.append(f"Draft length per schedule chosen on {g(tuning.get('prompts'))} prompts of `{tuning.get('split')}` "
+                       f"(not the reported ones): {g(tuning.get('chosen_draft_len'))}; fastest schedule there: "
+                       f"{g(tuning.get('fastest_schedule'))}. " + ", ".join(
+                           f"`{n}` {fx(m.get('speedup_vs_ar'), 2)}x ({pct(m.get('acceptance_rate'))})"
+                           for n, m in tuning["methods"].items() if n != "ar") + ".\n")
         probe = p.get("self_draft_probe") or {}
         if probe:
             out.append("Self-draft depth probe: " + "; ".join(

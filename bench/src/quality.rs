@@ -13,8 +13,9 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{json, Value};
 use unmask_engine::backend::cpu::CpuBackend;
-use unmask_engine::decode::{CacheMode, DecodeSettings};
+use unmask_engine::decode::{trim_at_stop, CacheMode, DecodeSettings};
 use unmask_engine::model::load_model;
+use unmask_engine::run::{effective_settings, SettingsOverrides};
 
 use crate::{docs_examples, prose, tasks};
 
@@ -82,6 +83,7 @@ fn eval_model(
     } else {
         json!({"perplexity": prose::perplexity(&m.transformer, prose_set)?})
     };
+    let shipped = effective_settings(&cfg, &m.generation, &SettingsOverrides::default());
     let tok = m.tokenizer;
     let template = m.template;
     let mut backend = CpuBackend::new(Arc::new(m.transformer));
@@ -91,6 +93,19 @@ fn eval_model(
     let mut v = r.to_json();
     v["arch"] = json!(cfg.arch);
     v["prose"] = prose_metrics;
+    // The decoding a user gets (the model's generation_config as `unmask generate` and `unmask
+    // serve` apply it) on the same prompts, when it is not the reference above: a shipped
+    // default must score what the reference scores.
+    if cfg.arch.is_diffusion() && shipped_differs(&shipped, settings) {
+        eprintln!("[quality] {} with its shipped decoding on {} examples", dir.display(), examples.len());
+        let s = tasks::evaluate_with(&mut backend, &tok, &template, &examples, &shipped, &stop)?;
+        let mut sv = s.to_json();
+        sv["settings"] = json!(shipped);
+        sv["ci95"] = json!(s.accuracy_ci95());
+        sv["reference_ci95"] = json!(r.accuracy_ci95());
+        sv["same_answer_as_reference"] = json!(same_answers(&r, &s, &stop));
+        v["shipped_decoding"] = sv;
+    }
     let unseen = tasks::load(&unseen_path(), per_family)?;
     eprintln!("[quality] {} on the unseen set: {} examples", dir.display(), unseen.len());
     let u = tasks::evaluate_with(&mut backend, &tok, &template, &unseen, &unseen_settings(), &stop)?;
@@ -110,6 +125,19 @@ fn eval_model(
         v["unseen_long"] = lv;
     }
     Ok(Some(v))
+}
+
+/// Fraction of examples whose answers (up to the first stop token) are identical in two runs.
+fn same_answers(a: &tasks::EvalResult, b: &tasks::EvalResult, stop: &[u32]) -> f64 {
+    let same = a.outputs.iter().zip(&b.outputs).filter(|(x, y)| trim_at_stop(x, stop) == trim_at_stop(y, stop)).count();
+    same as f64 / a.outputs.len().max(1) as f64
+}
+
+/// Whether a model's shipped decoding differs from the reference on the test split's canvas.
+fn shipped_differs(shipped: &DecodeSettings, reference: &DecodeSettings) -> bool {
+    shipped.gen_length == reference.gen_length
+        && (shipped.block_length, shipped.steps, shipped.threshold, shipped.cache)
+            != (reference.block_length, reference.steps, reference.threshold, reference.cache)
 }
 
 /// Adds each family's 95 % Wilson interval to `json` (the `to_json` of `r`).
@@ -226,6 +254,10 @@ pub fn run(quick: bool) -> Result<Value> {
             headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen"]["tasks"][fam]["accuracy"].clone();
         }
         headline[format!("{model}_unseen_correct_per_s")] = v["unseen"]["correct_per_s"].clone();
+        if v.get("shipped_decoding").is_some() {
+            headline[format!("{model}_shipped_decoding_accuracy")] = v["shipped_decoding"]["accuracy"].clone();
+            headline[format!("{model}_reference_decoding_accuracy")] = v["accuracy"].clone();
+        }
         if v.get("unseen_long").is_some() {
             for fam in LONG_FAMILIES {
                 headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen_long"]["tasks"][fam]["accuracy"].clone();

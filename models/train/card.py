@@ -105,6 +105,14 @@ def eval_tables(name, rust, torch_res, causal):
         out.append("| " + " | ".join(TASKS + ["overall"]) + " |")
         out.append("|" + "---|" * (len(TASKS) + 1))
         out.append("| " + " | ".join(cells + [f"{rust['accuracy']:.3f}"]) + " |\n")
+        sd = rust.get("shipped_decoding")
+        if sd:
+            ss = sd["settings"]
+            out.append(f"With the decoding this model ships (`generation_config.json`: gen_length {ss['gen_length']}, "
+                       f"block {ss['block_length']}, {ss['steps']} steps, stopping after the block that ends the "
+                       f"answer), same prompts, same run: overall **{sd['accuracy']:.3f}** against {rust['accuracy']:.3f} "
+                       f"with the reference; {sd['same_answer_as_reference'] * 100:.0f} % of answers identical; "
+                       f"decoding took {sd['wall_s']:.1f} s against {rust['wall_s']:.1f} s.\n")
         p = rust.get("prose", {})
         if "perplexity" in p:
             out.append(f"Held-out prose (48 windows x 128 tokens, test split): perplexity **{p['perplexity']['perplexity']:.1f}** "
@@ -117,7 +125,10 @@ def eval_tables(name, rust, torch_res, causal):
         tm = torch_res["task_exact_match"]
         fams = [k for k in tm if k != "overall"]
         g = torch_res.get("gen_config", {})
-        on = ("same prompts and decoding" if torch_res.get("data") == "data/test.jsonl"
+        reference = (g.get("gen_length"), g.get("block_length"), g.get("steps")) == (16, 16, 16)
+        on = ("same prompts and decoding" if torch_res.get("data") == "data/test.jsonl" and (causal or reference)
+              else f"same prompts, the shipped decoding: gen_length {g.get('gen_length')}, block "
+                   f"{g.get('block_length')}, {g.get('steps')} steps" if torch_res.get("data") == "data/test.jsonl"
               else f"on `models/{torch_res.get('data')}`, gen_length {g.get('gen_length')}, block "
                    f"{g.get('block_length')}, {g.get('steps')} steps")
         out.append(f"The PyTorch reference eval (`train/eval.py`, {on}, first "
