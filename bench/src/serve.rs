@@ -227,15 +227,20 @@ fn ttft_note(one: &Level, sixteen: &Level, ratio: Option<f64>, one_single: &Leve
     // request's latency is about 16 / throughput, and its first token can only come early in
     // that time if it comes early in its own decode.
     let little_ms = (sixteen.rps > 0.0).then(|| 16.0 * 1e3 / sixteen.rps);
-    let (tail_note, advice) = match late {
-        Some(l) if l > 0.8 => (
-            ": this model fills the end-of-text tail first and commits the answer's first token late, so little \
-             of a request's decode can yield to newcomers",
-            " The ratio falls only with a model whose first token comes early in its decode (a smaller first \
-             block) or a packed forward much cheaper per request than a lone one.",
-        ),
-        Some(_) => (": the answer's first token is final early in its decode", ""),
-        None => ("", ""),
+    let tail_note = match late {
+        Some(l) if l > 0.8 => {
+            ": the answer's first words are final only near the end of its decode (a short answer fits in the \
+             first block, whose end-of-text ends the decode; or the model commits the first token late)"
+        }
+        Some(_) => ": the answer's first token is final early in its decode",
+        None => "",
+    };
+    let advice = match (late, ratio) {
+        (Some(l), Some(r)) if l > 0.8 && r > 3.0 => {
+            " The ratio falls only with decodes whose first token comes early (a smaller first block), shorter \
+             decodes (fewer steps per request), or a packed forward much cheaper per request than a lone one."
+        }
+        _ => "",
     };
     format!(
         "Batched: the running requests decode together (one packed forward per step), and a streaming request \
