@@ -425,6 +425,28 @@ pub struct RunSummary {
     /// Answer tokens up to and including the first stop token (the padding after it is not
     /// counted): what tokens per second are made of. Null for runs recorded before it was kept.
     pub answer_tokens: Option<u32>,
+    /// What speculative decoding did, for runs with a draft model.
+    #[serde(default)]
+    pub speculation: Option<SpeculationSummary>,
+}
+
+/// A speculative run's draft model and how its drafts fared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "camelCase")]
+pub struct SpeculationSummary {
+    pub draft_model: String,
+    /// `sync`, `adaptive` or `async`.
+    pub schedule: Option<String>,
+    /// Tokens the draft model proposed.
+    pub drafted: u64,
+    /// Drafted tokens the target judged.
+    pub judged: u64,
+    /// Judged tokens the target kept.
+    pub accepted: u64,
+    /// Judged tokens the target replaced with its own.
+    pub rejected: u64,
+    pub verify_forwards: u64,
+    pub draft_forwards: u64,
 }
 
 /// Kind of a timeline lane.
@@ -512,6 +534,10 @@ pub struct GenerateRequest {
     /// Saved as the conversation's system prompt before this turn (blank clears it); `None`
     /// keeps the stored one. A new conversation is created with it.
     pub system_prompt: Option<String>,
+    /// A draft model for speculative decoding of an autoregressive model (same vocabulary): it
+    /// proposes tokens that the chosen model verifies; the answer is the chosen model's own.
+    #[serde(default)]
+    pub draft_model_id: Option<i64>,
 }
 
 /// Streamed while a generation runs.

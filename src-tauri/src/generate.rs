@@ -5,20 +5,23 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use unmask_engine::decode::spec_ar::{check_pair, SpecArSettings};
 use unmask_engine::decode::{self as engine_decode, trim_at_stop, CancelFlag, StepFrame};
 use unmask_engine::model::ChatMessage;
 use unmask_engine::moe::ffn::StaticPlan;
 use unmask_engine::moe::{MoeCalibration, MoePolicy};
 use unmask_engine::run::{effective_settings, static_plan, stop_ids, RunOutcome as EngineRunOutcome, Session};
 use unmask_engine::EngineError;
-use unmask_store::{recorded_outcome, MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord};
+use unmask_store::{
+    recorded_outcome, MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord, RunSpeculation,
+};
 
 use crate::backends::Loaded;
 use crate::batcher::FrameBatcher;
 use crate::conversations::clean_system_prompt;
 use crate::dto::{BackendChoice, FrameDelta, GenerateEvent, GenerateRequest, RunSummary, TokenView};
 use crate::error::{AppError, AppResult};
-use crate::runs::summary_of;
+use crate::runs::{speculation_summary, summary_of};
 use crate::sink::EventSink;
 use crate::state::AppState;
 
@@ -27,6 +30,13 @@ pub const MOE_CALIBRATION: &str = "default";
 
 /// Shared sink of a generation's events.
 pub type GenerateSink = Arc<dyn EventSink<GenerateEvent>>;
+
+/// A draft model a run decodes with: its name (recorded with the run) and weights.
+#[derive(Clone)]
+pub(crate) struct Draft {
+    name: String,
+    model: Arc<Loaded>,
+}
 
 /// Title of a new conversation: the first line of its first prompt, shortened.
 fn title_from(prompt: &str) -> String {
@@ -87,6 +97,17 @@ impl AppState {
         };
         let settings = effective_settings(&loaded.transformer.config, &loaded.generation, &overrides);
         settings.validate()?;
+        // Checked before anything is stored, so a draft that cannot pair costs nothing.
+        let draft = match req.draft_model_id {
+            Some(id) => {
+                let record = self.resolve_model(Some(id)).await?;
+                let weights = self.load(&record).await?;
+                check_pair(&loaded.transformer.config, &weights.transformer.config)
+                    .map_err(|e| AppError::invalid(format!("draft model {}: {e}", record.name)))?;
+                Some(Draft { name: record.name, model: weights })
+            }
+            None => None,
+        };
 
         let system_prompt = req.system_prompt.as_deref().map(|s| clean_system_prompt(Some(s)));
         let conv = match req.conversation_id {
@@ -123,9 +144,10 @@ impl AppState {
         let ids = loaded.tokenizer.encode(&text)?;
 
         let record = self
-            .decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, sink.clone(), Some(conv.id))
+            .decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, draft, sink.clone(), Some(conv.id))
             .await?;
-        let summary = summary_of(&record);
+        let mut summary = summary_of(&record);
+        summary.speculation = self.store.run_speculation(record.id).await?.as_ref().and_then(speculation_summary);
         let answer = record.output.clone().unwrap_or_default();
         if !answer.is_empty() || record.status == unmask_store::RunStatus::Completed {
             self.store.add_message(conv.id, MessageRole::Assistant, &answer, Some(record.id)).await?;
@@ -174,6 +196,7 @@ impl AppState {
         prompt: &str,
         settings: engine_decode::DecodeSettings,
         backend: &BackendChoice,
+        draft: Option<Draft>,
         sink: GenerateSink,
         conversation: Option<i64>,
     ) -> AppResult<RunRecord> {
@@ -200,6 +223,7 @@ impl AppState {
         let worker_settings = settings.clone();
         let stop = stop_ids(&loaded.transformer.config, &settings, &loaded.tokenizer, &loaded.template);
         let worker_stop = stop.clone();
+        let draft_name = draft.as_ref().map(|d| d.name.clone());
         let joined = tokio::task::spawn_blocking(move || {
             let job = DecodeJob {
                 loaded: worker_loaded,
@@ -208,6 +232,7 @@ impl AppState {
                 settings: worker_settings,
                 stop: worker_stop,
                 backend,
+                draft,
                 sink,
                 cancel,
                 interval,
@@ -228,6 +253,11 @@ impl AppState {
                 rec.set_timeline(timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
                 let record = rec.finish(outcome).await?;
                 self.store.put_run_counters(record.id, &done.outcome, None).await?;
+                if let (Some(draft_model), Some(stats)) = (draft_name, &done.outcome.speculation) {
+                    let stats = serde_json::to_value(stats)
+                        .map_err(|e| AppError::internal(format!("speculation counters: {e}")))?;
+                    self.store.put_run_speculation(record.id, &RunSpeculation { draft_model, stats }).await?;
+                }
                 record
             }
             Err(Failure { error: EngineError::Cancelled, partial, frames }) => {
@@ -279,6 +309,8 @@ struct DecodeJob {
     /// The run's stop ids, to mark end-of-answer tokens in the streamed frames.
     stop: Vec<u32>,
     backend: BackendChoice,
+    /// Proposes tokens for an autoregressive model to verify (speculative decoding).
+    draft: Option<Draft>,
     sink: GenerateSink,
     cancel: CancelFlag,
     interval: std::time::Duration,
@@ -312,6 +344,9 @@ impl DecodeJob {
         let result = Session::open(self.loaded.clone(), &self.backend.to_spec()).and_then(|mut session| {
             if let Some(plan) = self.moe_plan.clone() {
                 session.set_moe_plan(plan)?;
+            }
+            if let Some(d) = &self.draft {
+                session.set_draft(d.model.clone(), SpecArSettings::default())?;
             }
             session.run(&self.ids, &self.settings, &self.cancel, &mut on_frame)
         });

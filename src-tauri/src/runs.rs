@@ -4,12 +4,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use unmask_engine::decode::spec_ar::SpecArStats;
 use unmask_engine::model::ChatMessage;
 use unmask_engine::run::stop_ids;
 use unmask_engine::trace::to_chrome_trace;
-use unmask_store::{ModelId, RunId, RunRecord, StoredTimeline};
+use unmask_store::{ModelId, RunId, RunRecord, RunSpeculation, StoredTimeline};
 
-use crate::dto::{BackendChoice, DecodeSettings, RunDetail, RunStatus, RunSummary};
+use crate::dto::{BackendChoice, DecodeSettings, RunDetail, RunStatus, RunSummary, SpeculationSummary};
 use crate::error::{AppError, AppErrorKind, AppResult};
 use crate::generate::frame_delta;
 use crate::sink::NullSink;
@@ -43,7 +44,26 @@ pub fn summary_of(r: &RunRecord) -> RunSummary {
         energy_j: r.metrics.energy_mj.map(|mj| mj / 1e3),
         steps: r.metrics.steps.unwrap_or(r.trace_frames),
         answer_tokens: r.metrics.answer_tokens.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        // Kept in its own table: filled in where a run is shown alone.
+        speculation: None,
     }
+}
+
+/// The UI form of a run's stored speculative-decoding record (`None` when its counters are not
+/// the engine's: a record from another version is not worth a failed view).
+pub fn speculation_summary(sp: &RunSpeculation) -> Option<SpeculationSummary> {
+    let stats: SpecArStats = serde_json::from_value(sp.stats.clone()).ok()?;
+    let n = |v: usize| v as u64;
+    Some(SpeculationSummary {
+        draft_model: sp.draft_model.clone(),
+        schedule: stats.schedule.map(|s| s.to_string()),
+        drafted: n(stats.drafted),
+        judged: n(stats.offered),
+        accepted: n(stats.accepted),
+        rejected: n(stats.offered.saturating_sub(stats.accepted)),
+        verify_forwards: n(stats.verify_forwards),
+        draft_forwards: n(stats.draft_forwards),
+    })
 }
 
 impl AppState {
@@ -89,8 +109,10 @@ impl AppState {
             (None, None) => 0,
         };
         let tl = self.store.run_timeline(id).await?;
+        let mut summary = summary_of(&r);
+        summary.speculation = self.store.run_speculation(id).await?.as_ref().and_then(speculation_summary);
         Ok(RunDetail {
-            summary: summary_of(&r),
+            summary,
             prompt_tokens: prompt_tokens as u32,
             canvas_length: (prompt_tokens + r.settings.gen_length) as u32,
             frames,
@@ -154,9 +176,20 @@ impl AppState {
         let mut out = Vec::new();
         for &pid in preset_ids {
             let preset = self.store.get_preset(pid).await?;
-            let backend = BackendChoice::from_spec(preset.backend.as_ref().unwrap_or(&unmask_engine::run::BackendSpec::Cpu));
+            let backend =
+                BackendChoice::from_spec(preset.backend.as_ref().unwrap_or(&unmask_engine::run::BackendSpec::Cpu));
             let rec = self
-                .decode_run(&model, loaded.clone(), ids.clone(), prompt, preset.settings.clone(), &backend, Arc::new(NullSink), None)
+                .decode_run(
+                    &model,
+                    loaded.clone(),
+                    ids.clone(),
+                    prompt,
+                    preset.settings.clone(),
+                    &backend,
+                    None,
+                    Arc::new(NullSink),
+                    None,
+                )
                 .await?;
             out.push(summary_of(&rec));
         }

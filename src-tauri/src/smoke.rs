@@ -63,6 +63,7 @@ async fn run(app: &AppHandle, state: &Arc<AppState>, cfg: &SmokeConfig) -> anyho
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
         system_prompt: None,
+        draft_model_id: None,
     };
     let summary = state.generate(request, Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let events = sink.events();

@@ -21,6 +21,7 @@ fn request(prompt: &str) -> GenerateRequest {
         backend: BackendChoice::cpu(),
         replace_from_message_id: None,
         system_prompt: None,
+        draft_model_id: None,
     }
 }
 
@@ -434,4 +435,57 @@ async fn the_models_generation_config_fills_what_the_user_did_not_choose() {
     // A preset (every knob chosen): exactly the form's values.
     let s = run(None).await;
     assert_eq!((s.gen_length, s.block_length, s.steps), (32, 16, 8), "{s:?}");
+}
+
+/// An autoregressive model with a draft model: the answer is the model's own (token for token),
+/// the run keeps how the drafts fared, accepted drafts are marked in the streamed frames, and a
+/// draft that cannot pair is refused before anything is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draft_model_speeds_an_autoregressive_model_without_changing_its_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
+    let import = |name: &str| {
+        let path = models.join(name);
+        let state = &state;
+        async move { state.import_model(path.to_str().expect("utf8"), None).await.expect("import") }
+    };
+    let (target, draft) = (import("tiny-ar").await, import("tiny-draft").await);
+    let dllm = state.list_models().await.expect("models").into_iter().find(|m| m.embedded).expect("embedded");
+    let run = |draft_model_id: Option<i64>, model_id: i64| {
+        let state = &state;
+        async move {
+            let sink = CollectSink::<GenerateEvent>::default();
+            let req =
+                GenerateRequest { model_id: Some(model_id), draft_model_id, ..request("Reverse: pear apple fig") };
+            let result = state.generate(req, Arc::new(sink.clone())).await;
+            (result, sink.events())
+        }
+    };
+    let (plain, _) = run(None, target.id).await;
+    let plain = plain.expect("plain run");
+    assert!(plain.speculation.is_none());
+    let (spec, events) = run(Some(draft.id), target.id).await;
+    let spec = spec.expect("speculative run");
+    assert_eq!(spec.output, plain.output, "speculative decoding must not change the answer");
+    let sp = spec.speculation.clone().expect("speculation counters");
+    assert_eq!(sp.draft_model, draft.name);
+    assert!(sp.drafted > 0 && sp.judged <= sp.drafted && sp.accepted + sp.rejected == sp.judged, "{sp:?}");
+    assert!(sp.verify_forwards > 0 && sp.draft_forwards > 0, "{sp:?}");
+    // Accepted drafts reach the live view marked as drafts.
+    let marked = frames_of(&events).iter().flat_map(|f| f.changes.clone()).filter(|t| t.speculative).count() as u64;
+    assert_eq!(marked, sp.accepted, "one mark per accepted draft");
+    // The stored run shows the same counters.
+    assert_eq!(state.get_run(spec.id).await.expect("run").summary.speculation, Some(sp));
+
+    let runs_before = state.list_runs(None, 100).await.expect("runs").len();
+    for (draft_id, model_id, says) in
+        [(dllm.id, target.id, "must be autoregressive"), (draft.id, dllm.id, "for autoregressive models")]
+    {
+        let (err, _) = run(Some(draft_id), model_id).await;
+        let err = err.expect_err("a draft that cannot pair");
+        assert_eq!(err.kind, AppErrorKind::Invalid, "{err:?}");
+        assert!(err.message.contains(says), "{err:?}");
+    }
+    assert_eq!(state.list_runs(None, 100).await.expect("runs").len(), runs_before, "refused before recording");
 }

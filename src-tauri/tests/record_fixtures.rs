@@ -57,6 +57,7 @@ async fn record_fixtures() -> anyhow::Result<()> {
             backend,
             replace_from_message_id: None,
             system_prompt: None,
+            draft_model_id: None,
         };
         let sink = CollectSink::<GenerateEvent>::default();
         let summary = state.generate(request.clone(), Arc::new(sink.clone())).await.map_err(|e| anyhow::anyhow!(e.message))?;

@@ -24,6 +24,7 @@ fn app_state_generations_keep_memory_flat() {
             backend: BackendChoice::cpu(),
             replace_from_message_id: None,
             system_prompt: None,
+            draft_model_id: None,
         };
         rt.block_on(state.generate(req, Arc::new(CollectSink::default()))).map(|_| ()).map_err(|e| e.message)
     });

@@ -342,4 +342,48 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     expect(await p.locator("#set-seed").inputValue()).toBe(String(shipped!.seed));
     expect(app.errors()).toEqual([]);
   });
+
+  it("an autoregressive model can take a draft model; a dLLM cannot, and the choice is not sent for it", async () => {
+    const p = await freshPage();
+    await tab(p, "models");
+    const rows = p.getByTestId("model-row");
+    await expect.poll(() => rows.count()).toBe(1);
+    for (const path of ["/data/models/SmolLM2-135M-Instruct", "/data/models/SmolLM2-draft"]) {
+      await p.evaluate((x) => window.__UNMASK_PICK__(x), path);
+      await p.getByTestId("pick-folder").click();
+    }
+    await expect.poll(() => rows.count()).toBe(3);
+    await tab(p, "chat");
+    const draftPicker = p.getByTestId("draft-picker");
+    // The embedded dLLM is selected: nothing to draft for it.
+    expect(await draftPicker.count()).toBe(0);
+    const ids = await p.getByTestId("model-picker").locator("option").evaluateAll((os) => os.map((o) => [o.textContent ?? "", (o as HTMLOptionElement).value]));
+    const idOf = (name: string) => ids.find(([t]) => t.startsWith(name))?.[1] ?? "";
+    await p.getByTestId("model-picker").selectOption(idOf("SmolLM2-135M-Instruct"));
+    await expect.poll(() => draftPicker.count()).toBe(1);
+    const offered = await draftPicker.locator("option").allTextContents();
+    expect(offered.length).toBe(2);
+    expect(offered[0]).toBe("None");
+    expect(offered[1]).toMatch(/^SmolLM2-draft/);
+    await draftPicker.selectOption(idOf("SmolLM2-draft"));
+    const lastRequest = () => p.evaluate(() =>
+      (window.__UNMASK_CALLS__.filter((c) => c.cmd === "generate").at(-1)?.args as { request: Record<string, unknown> }).request);
+    const generated = () => p.evaluate(() => window.__UNMASK_CALLS__.filter((c) => c.cmd === "generate").length);
+    const send = async (prompt: string) => {
+      const before = await generated();
+      await p.getByTestId("prompt").fill(prompt);
+      await p.getByTestId("send").click();
+      await expect.poll(generated).toBe(before + 1);
+      await expect.poll(() => p.getByTestId("stop").count()).toBe(0);
+    };
+    await send("with a draft");
+    expect(await lastRequest()).toMatchObject({ modelId: Number(idOf("SmolLM2-135M-Instruct")), draftModelId: Number(idOf("SmolLM2-draft")) });
+    await shot(p, "chat-draft-picker");
+    // Back to the dLLM: no draft picker, and none sent.
+    await p.getByTestId("model-picker").selectOption(idOf("tiny-llada"));
+    await expect.poll(() => draftPicker.count()).toBe(0);
+    await send("without");
+    expect((await lastRequest()).draftModelId).toBeNull();
+    expect(app.errors()).toEqual([]);
+  });
 });

@@ -224,7 +224,9 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       // A MoE model imported here comes with a stored calibration, as after `unmask moe calibrate`.
       const moe = path.includes("MoE");
       const dream = path.includes("Dream");
-      const kinds = dream ? ["diffusion", "dream"] : moe ? ["diffusion", "llada", "moe"] : ["diffusion", "llada"];
+      // SmolLM2 (and its draft) are autoregressive: what the draft-model picker offers.
+      const ar = path.includes("SmolLM2");
+      const kinds = ar ? ["autoregressive"] : dream ? ["diffusion", "dream"] : moe ? ["diffusion", "llada", "moe"] : ["diffusion", "llada"];
       const sizeBytes = gguf ? 4_600_000_000 : 16_000_000_000;
       const m: ModelEntry = { id: nextId++, name: (a.name as string | null) ?? path.split("/").filter(Boolean).pop()!.replace(/\.gguf$/, ""),
         architecture: dream ? "dream" : moe ? "llada_moe" : "llada", format: gguf ? "gguf" : "safetensors", quantisation: gguf ? "Q4_K" : "bf16",

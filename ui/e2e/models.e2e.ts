@@ -88,10 +88,10 @@ describe("settings form", () => {
     expect(await p.getByTestId("settings-invalid").textContent()).toContain("1 field is not valid");
     await shot(p, "settings-invalid");
 
-    // Answer length must be a multiple of the block length (16 in the model's defaults).
+    // Answer length must be a multiple of the block length (4 in the model's defaults).
     const gen = p.locator("#set-genLength");
     await gen.fill("50");
-    await expect.poll(() => p.locator("#err-genLength").textContent()).toBe("Answer length 50 must be a multiple of the block length 16.");
+    await expect.poll(() => p.locator("#err-genLength").textContent()).toBe("Answer length 50 must be a multiple of the block length 4.");
     expect(await gen.getAttribute("aria-invalid")).toBe("true");
 
     // A valid value elsewhere applies; fixing a field clears its message.
@@ -106,8 +106,8 @@ describe("settings form", () => {
     await p.getByTestId("send").click();
     await expect.poll(async () => (await calls(p, "generate")).length).toBe(1);
     const [req] = (await calls(p, "generate")) as { request: { settings: Record<string, unknown> } }[];
-    // (16 tokens in one 16-token block: the embedded model's own defaults.)
-    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 16, blockLength: 16 });
+    // (16 tokens in blocks of 4: the embedded model's own defaults.)
+    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 16, blockLength: 4 });
 
     // Back in the form, the invalid answer length is still shown as typed, with its message.
     await tab(p, "settings");

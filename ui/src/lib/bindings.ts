@@ -245,6 +245,11 @@ export type GenerateRequest = {
 	 *  keeps the stored one. A new conversation is created with it.
 	 */
 	systemPrompt: string | null,
+	/**
+	 *  A draft model for speculative decoding of an autoregressive model (same vocabulary): it
+	 *  proposes tokens that the chosen model verifies; the answer is the chosen model's own.
+	 */
+	draftModelId?: number | null,
 };
 
 /**  Kind of a timeline lane. */
@@ -389,6 +394,8 @@ export type RunSummary = {
 	 *  counted): what tokens per second are made of. Null for runs recorded before it was kept.
 	 */
 	answerTokens: number | null,
+	/**  What speculative decoding did, for runs with a draft model. */
+	speculation?: SpeculationSummary | null,
 };
 
 /**  One decoding parameter with its explanation, for the settings editor. */
@@ -422,6 +429,23 @@ export type SettingKind = "int" | "float" | "bool" | "choice";
 
 /**  A setting's default value. */
 export type SettingValue = number | boolean | string;
+
+/**  A speculative run's draft model and how its drafts fared. */
+export type SpeculationSummary = {
+	draftModel: string,
+	/**  `sync`, `adaptive` or `async`. */
+	schedule: string | null,
+	/**  Tokens the draft model proposed. */
+	drafted: number,
+	/**  Drafted tokens the target judged. */
+	judged: number,
+	/**  Judged tokens the target kept. */
+	accepted: number,
+	/**  Judged tokens the target replaced with its own. */
+	rejected: number,
+	verifyForwards: number,
+	draftForwards: number,
+};
 
 /**  The profiler view of one run. */
 export type TimelineView = {

@@ -21,6 +21,8 @@ export const app = $state({
   overridden: [] as SettingKey[] | null,
   backend: { kind: "cpu", device: null } as BackendChoice,
   modelId: null as number | null,
+  /** Draft model for speculative decoding (autoregressive models only; see lib/draft.ts). */
+  draftModelId: null as number | null,
   presetId: null as number | null,
   /** Run shown in the profiler. */
   profileRunId: null as number | null,
