@@ -296,12 +296,27 @@ def render_npu(d, all_results):
                          + ("met" if met else "**not met**" if met is False else NA) + note])
         out.append(table(["profile", "held-out rows", "held-out median error", "held-out worst (factor)",
                           "fit rows", "fit median error", ""], rows))
+        fresh_rows = [r for r in (v.get("rows") or []) if r.get("added_after_split")]
+        for name in sorted(prof):
+            fr = (prof[name] or {}).get("heldout_fresh") or {}
+            if not fr.get("rows"):
+                continue
+            mine = sorted((r for r in fresh_rows if r.get("profile") == name), key=lambda r: r.get("id", ""))
+            out.append(f"**`{name}`: fresh held-out rows (added after the profile change)**: {g(fr.get('rows'))} rows, "
+                       f"median error {pct(fr.get('median_rel_error'))}, worst "
+                       + (fx(fr.get("max_factor"), 2) + "×" if fr.get("max_factor") else NA)
+                       + ". Added after the split and after every profile change, never used to fit; the independent "
+                       "check of the profile's NPU values (counted in the table above too):\n\n" + table(
+                           ["fresh row", "published", f"predicted ({SIM})", "error", "factor"],
+                           [[f"`{g(r.get('id'))}`", fx(r.get("published"), 2), fx(r.get("predicted"), 2),
+                             pct(r.get("rel_error")), fx(r.get("factor"), 2) + "×"] for r in mine]))
         rr = [r for r in (v.get("rows") or [])]
         if rr:
             rr.sort(key=lambda r: (r.get("profile", ""), r.get("split", ""), r.get("id", "")))
             out.append("All rows (tokens/s; factor = max(p/m, m/p)):\n\n" + table(
                 ["row", "split", "published", f"predicted ({SIM})", "factor"],
-                [[f"`{g(r.get('id'))}`", g(r.get("split")) + (" (seen before a later change)" if r.get("seen_before_change") else ""),
+                [[f"`{g(r.get('id'))}`", g(r.get("split")) + (" (seen before a later change)" if r.get("seen_before_change") else "")
+                  + (" (added after the split)" if r.get("added_after_split") else ""),
                   fx(r.get("published"), 2), fx(r.get("predicted"), 2),
                   fx(r.get("factor"), 2) + "×"] for r in rr]))
         for rt in v.get("runtimes") or []:

@@ -23,13 +23,13 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::npu_comparison::{compare_trace, TraceComparison};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use unmask_engine::backend::cpu::CpuBackend;
 use unmask_engine::backend::recorder::RecordingBackend;
 use unmask_engine::backend::vnpu::calibrate::{calibrate, synthetic_transformer};
 use unmask_engine::backend::vnpu::profile::DeviceProfile;
-use crate::npu_comparison::{compare_trace, TraceComparison};
 use unmask_engine::backend::vnpu::replay::{memory_runtime_ablation, DecodeTrace, ModelPreset};
 use unmask_engine::backend::vnpu::validation::{evaluate, ErrorStats, ValidationSet};
 use unmask_engine::backend::vnpu::{VirtualNpu, VnpuConfig};
@@ -98,6 +98,18 @@ pub fn run(quick: bool) -> Result<Value> {
             100.0 * p.fit.median_rel_error.unwrap_or(0.0)
         );
     }
+    for p in report.profiles.iter().filter(|p| p.heldout_fresh.rows > 0) {
+        eprintln!(
+            "[npu]   {:<8} fresh held-out rows (added after the profile change) {:>2}: median {:>5.1} %, worst {:.2}x",
+            p.profile,
+            p.heldout_fresh.rows,
+            100.0 * p.heldout_fresh.median_rel_error.unwrap_or(0.0),
+            p.heldout_fresh.max_factor.unwrap_or(1.0)
+        );
+    }
+    for r in report.rows.iter().filter(|r| r.added_after_split) {
+        eprintln!("[npu]     fresh {:<42} {:>9.2} vs {:>9.2}  ({:.2}x)", r.id, r.published, r.predicted, r.factor);
+    }
     eprintln!("[npu]   worst held-out rows (published vs simulated tokens/s):");
     for r in report.worst_heldout(5) {
         let seen = if r.seen_before_change { "  [seen before a later modelling change]" } else { "" };
@@ -107,9 +119,13 @@ pub fn run(quick: bool) -> Result<Value> {
         .profiles
         .iter()
         .map(|p| {
-            (p.profile.clone(), json!({"heldout": stats_json(&p.heldout), "heldout_npu": stats_json(&p.heldout_npu),
+            (
+                p.profile.clone(),
+                json!({"heldout": stats_json(&p.heldout), "heldout_npu": stats_json(&p.heldout_npu),
                                        "heldout_cpu": stats_json(&p.heldout_cpu),
-                                       "heldout_untouched": stats_json(&p.heldout_untouched), "fit": stats_json(&p.fit)}))
+                                       "heldout_untouched": stats_json(&p.heldout_untouched),
+                                       "heldout_fresh": stats_json(&p.heldout_fresh), "fit": stats_json(&p.fit)}),
+            )
         })
         .collect();
     let goal_met: serde_json::Map<String, Value> = report
@@ -127,7 +143,9 @@ pub fn run(quick: bool) -> Result<Value> {
     let host = DeviceProfile::builtin("host-cpu")?;
     let (hidden, layers, blocks, reps) =
         if quick { (1024, 2, vec![16, 32, 64], 5) } else { (2048, 2, vec![16, 32, 64, 128], 9) };
-    eprintln!("[npu] calibrating the host-cpu profile on a synthetic h{hidden} x{layers} model ({reps} interleaved rounds)");
+    eprintln!(
+        "[npu] calibrating the host-cpu profile on a synthetic h{hidden} x{layers} model ({reps} interleaved rounds)"
+    );
     let model = synthetic_transformer(&synthetic_cfg(hidden, layers), 1)?;
     let cal = calibrate(&model, &host, &blocks, 256, reps)?;
     drop(model);
@@ -148,7 +166,8 @@ pub fn run(quick: bool) -> Result<Value> {
         measured.canvas_tokens as f64 / measured.forwards as f64, measured.accuracy, measured.reference_accuracy
     );
     eprintln!("[npu] replaying the recorded forwards at LLaDA-8B shapes on {DEVICE}");
-    let cmp_measured = compare_trace(&measured.dllm, &measured.ar, ModelPreset::Llada8B, ModelPreset::Llama3_8B, DEVICE)?;
+    let cmp_measured =
+        compare_trace(&measured.dllm, &measured.ar, ModelPreset::Llada8B, ModelPreset::Llama3_8B, DEVICE)?;
 
     // 4. The published schedule.
     let published_tpf = FASTDLLM_TOK_S_PARALLEL / FASTDLLM_TOK_S_BASELINE;
@@ -236,9 +255,13 @@ pub fn run(quick: bool) -> Result<Value> {
                 "rows": p.heldout.rows, "median_rel_error": p.heldout.median_rel_error, "max_rel_error": p.heldout.max_rel_error,
                 "max_factor": p.heldout.max_factor, "untouched_rows": p.heldout_untouched.rows,
                 "untouched_median_rel_error": p.heldout_untouched.median_rel_error,
-                "untouched_max_factor": p.heldout_untouched.max_factor}))).collect::<serde_json::Map<_, _>>(),
+                "untouched_max_factor": p.heldout_untouched.max_factor,
+                "fresh_rows": p.heldout_fresh.rows, "fresh_median_rel_error": p.heldout_fresh.median_rel_error,
+                "fresh_max_rel_error": p.heldout_fresh.max_rel_error,
+                "fresh_max_factor": p.heldout_fresh.max_factor}))).collect::<serde_json::Map<_, _>>(),
             "heldout_goal_met": goal_met,
             "heldout_rows_seen_before_change": set.heldout_seen_before_change.len(),
+            "heldout_rows_added_after_split": set.rows.iter().filter(|r| r.added_after_split.is_some()).count(),
             "answer_tokens_per_forward": tpf,
             "sim_speedup_vs_cpu_prefix": cmp_measured.speedup_vs_cpu,
             "sim_speedup_vs_ar": cmp_measured.speedup_vs_ar,
@@ -260,7 +283,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "runtimes": set.runtimes,
             "changes_after_split": set.changes_after_split,
             "heldout_seen_before_change": set.heldout_seen_before_change,
-            "note": "published values are measurements; predicted values are SIMULATED by the product's simulator (validation.rs explains the model of each row). rel_error = |predicted - published| / published; factor = max(p/m, m/p). Fit rows set the fitted profile parameters; held-out rows were never used to set anything. heldout_seen_before_change lists held-out rows whose prediction a later modelling change altered after their error had been seen: they count in the held-out figures but are no independent check of that change (heldout_untouched leaves them out).",
+            "note": "published values are measurements; predicted values are SIMULATED by the product's simulator (validation.rs explains the model of each row). rel_error = |predicted - published| / published; factor = max(p/m, m/p). Fit rows set the fitted profile parameters; held-out rows were never used to set anything. heldout_seen_before_change lists held-out rows whose prediction a later modelling change altered after their error had been seen: they count in the held-out figures but are no independent check of that change (heldout_untouched leaves them out). Rows with added_after_split = true were added after the split and after every profile change, held out by construction: heldout_fresh (per profile) and the headline's fresh_* fields report them apart; they also count in heldout and heldout_untouched.",
         },
         "calibration": cal,
         "calibration_note": "host CPU only, not validation: the host-cpu profile's prediction vs this machine's measured step time (medians of interleaved samples). calibration_error_host = largest |error| with the GEMM rate taken from the probe sampled in the same loop (the machine is shared); calibration_error_unadjusted uses the profile's fixed rate",

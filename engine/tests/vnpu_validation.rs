@@ -21,6 +21,45 @@ fn rows_are_cited_and_the_split_follows_the_rule() {
     assert!(set.rows.iter().any(|r| r.split == Split::Heldout));
 }
 
+/// The split rule was applied once (2026-12-02) to the rows then in the set. A row added later is
+/// outside the rule: it must be held out, dated after the split, named by no fit and no runtime
+/// factor, and it must leave the original rows' clusters (hence their sides) as they were.
+#[test]
+fn rows_added_after_the_split_are_held_out_and_leave_the_split_alone() {
+    const SPLIT_DAY: &str = "2026-12-02";
+    let set = ValidationSet::builtin().unwrap();
+    assert!(set.split_rule.contains(&format!("Applied once ({SPLIT_DAY})")), "{}", set.split_rule);
+    let fresh: Vec<_> = set.rows.iter().filter(|r| r.added_after_split.is_some()).collect();
+    for r in &fresh {
+        let day = r.added_after_split.as_deref().unwrap();
+        let well_formed = day.len() == 10
+            && day.chars().enumerate().all(|(i, c)| if i == 4 || i == 7 { c == '-' } else { c.is_ascii_digit() });
+        assert!(well_formed && day > SPLIT_DAY, "{}: added_after_split `{day}` is not a day after {SPLIT_DAY}", r.id);
+        assert_eq!(r.split, Split::Heldout, "{}: a row added after the split is held out", r.id);
+        assert!(!set.fit_log.iter().any(|e| e.rows.contains(&r.id)), "{}: a fresh row set a profile value", r.id);
+        assert!(!set.runtimes.iter().any(|f| f.rows.contains(&r.id)), "{}: a fresh row set a runtime factor", r.id);
+        assert!(!set.heldout_seen_before_change.contains(&r.id), "{}", r.id);
+    }
+    // The original rows alone give the same split as with the fresh rows present.
+    let original = ValidationSet {
+        rows: set.rows.iter().filter(|r| r.added_after_split.is_none()).cloned().collect(),
+        ..set.clone()
+    };
+    let (with, without) = (set.rule_split(), original.rule_split());
+    for r in &original.rows {
+        assert_eq!(with[&r.id], without[&r.id], "{}: the fresh rows moved an original row's side", r.id);
+    }
+    // Fresh rows are predicted and reported apart.
+    if !fresh.is_empty() {
+        let report = evaluate(&set).unwrap();
+        for r in report.rows.iter().filter(|r| r.added_after_split) {
+            assert!(fresh.iter().any(|f| f.id == r.id) && r.split == Split::Heldout, "{}", r.id);
+        }
+        let counted: usize = report.profiles.iter().map(|p| p.heldout_fresh.rows).sum();
+        assert_eq!(counted, fresh.len());
+    }
+}
+
 #[test]
 fn every_row_is_predicted() {
     let set = ValidationSet::builtin().unwrap();

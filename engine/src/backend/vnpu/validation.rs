@@ -4,7 +4,9 @@
 //! models measured on phones, one cited row each, split once into **fit** rows (the only rows any
 //! profile parameter may be derived from, by [`fit_profile`]) and **held-out** rows (never used to
 //! set anything). [`evaluate`] predicts every row with the same simulator the product uses and
-//! reports per-profile median and maximum relative error on the held-out rows.
+//! reports per-profile median and maximum relative error on the held-out rows. Rows added after
+//! the split (`added_after_split`) are held out by construction, outside the split rule, and also
+//! reported apart (`heldout_fresh`).
 //!
 //! How a row is predicted (the model of a published measurement):
 //! - the model's layer shapes come from [`ModelPreset`] (the published `config.json` values);
@@ -127,6 +129,12 @@ pub struct PublishedRow {
     pub runtime: Option<String>,
     /// Fit or held-out.
     pub split: Split,
+    /// For a row added after the split was applied (`YYYY-MM-DD`): the day it was added. Such a
+    /// row is outside the split rule and held out by construction (never used to fit anything);
+    /// it is reported apart as a fresh check (`heldout_fresh`). `None` for the rows the split
+    /// rule was applied to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_after_split: Option<String>,
 }
 
 /// How much of the vendor runtime's matrix efficiency a third-party NPU runtime reaches.
@@ -229,6 +237,9 @@ impl ValidationSet {
                     return bad(format!("row `{}`: runtime `{name}` is not a listed NPU runtime", r.id));
                 }
             }
+            if r.added_after_split.is_some() && r.split != Split::Heldout {
+                return bad(format!("row `{}`: a row added after the split must be held out", r.id));
+            }
         }
         for id in &self.heldout_seen_before_change {
             if !self.rows.iter().any(|r| &r.id == id && r.split == Split::Heldout) {
@@ -253,12 +264,14 @@ impl ValidationSet {
         Ok(with_matrix_factor(profile, f.matrix_efficiency_factor))
     }
 
-    /// The split the rule in `split_rule` gives: clusters (profile, unit, model), sorted by the
-    /// model's parameter count then key inside each (profile, unit); odd positions (1st, 3rd, ...)
-    /// fit, even ones held out.
+    /// The split the rule in `split_rule` gives: clusters (profile, unit, model) of the rows the
+    /// rule was applied to, sorted by the model's parameter count then key inside each (profile,
+    /// unit); odd positions (1st, 3rd, ...) fit, even ones held out. Rows added after the split
+    /// (`added_after_split`) are outside the rule: held out by construction, and they do not move
+    /// the original rows' clusters.
     pub fn rule_split(&self) -> BTreeMap<String, Split> {
         let mut groups: BTreeMap<(String, Unit), Vec<(u64, String)>> = BTreeMap::new();
-        for r in &self.rows {
+        for r in self.rows.iter().filter(|r| r.added_after_split.is_none()) {
             let params = ModelPreset::from_key(&r.model).map_or(0, |p| p.parameters());
             let g = groups.entry((r.profile.clone(), r.unit)).or_default();
             if !g.iter().any(|(_, m)| *m == r.model) {
@@ -273,7 +286,16 @@ impl ValidationSet {
                 side.insert((profile.clone(), unit, m), s);
             }
         }
-        self.rows.iter().map(|r| (r.id.clone(), side[&(r.profile.clone(), r.unit, r.model.clone())])).collect()
+        self.rows
+            .iter()
+            .map(|r| {
+                let s = match r.added_after_split {
+                    Some(_) => Split::Heldout,
+                    None => side[&(r.profile.clone(), r.unit, r.model.clone())],
+                };
+                (r.id.clone(), s)
+            })
+            .collect()
     }
 }
 
@@ -367,6 +389,8 @@ pub struct RowResult {
     pub sessions: usize,
     /// A held-out row whose error was seen before a later modelling change.
     pub seen_before_change: bool,
+    /// A held-out row added after the split (and after every profile change in the `fit_log`).
+    pub added_after_split: bool,
 }
 
 /// Error summary of a set of rows.
@@ -421,6 +445,9 @@ pub struct ProfileValidation {
     pub heldout_cpu: ErrorStats,
     /// Held-out rows not seen before any later modelling change (the independent check).
     pub heldout_untouched: ErrorStats,
+    /// Held-out rows added after the split (`added_after_split`): fresh rows no profile value
+    /// or modelling change was made with sight of. A subset of `heldout` and `heldout_untouched`.
+    pub heldout_fresh: ErrorStats,
     /// Fit rows (how well the fit itself reproduces them).
     pub fit: ErrorStats,
 }
@@ -482,6 +509,7 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
             factor: (p.tokens_per_s / r.value).max(r.value / p.tokens_per_s),
             sessions: p.sessions,
             seen_before_change: set.heldout_seen_before_change.contains(&r.id),
+            added_after_split: r.added_after_split.is_some(),
         });
     }
     let summary = |name: &str| {
@@ -497,6 +525,9 @@ pub fn evaluate_with(set: &ValidationSet, profiles: &BTreeMap<String, DeviceProf
             heldout_cpu: of(Split::Heldout, Some(Unit::Cpu)),
             heldout_untouched: ErrorStats::of(
                 rows.iter().filter(|r| r.profile == name && r.split == Split::Heldout && !r.seen_before_change),
+            ),
+            heldout_fresh: ErrorStats::of(
+                rows.iter().filter(|r| r.profile == name && r.split == Split::Heldout && r.added_after_split),
             ),
             fit: of(Split::Fit, None),
         }
