@@ -42,6 +42,7 @@ async fn app_run(state: &AppState, prompt: &str, backend: BackendChoice) -> i64 
         backend,
         replace_from_message_id: None,
         system_prompt: None,
+        draft_model_id: None,
     };
     state.generate(req, Arc::new(CollectSink::default())).await.expect("app generate").id
 }
