@@ -39,6 +39,12 @@ pub fn test_split() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/test.jsonl")
 }
 
+/// Path of the held-out validation split (same generators, another seed): for tuning settings
+/// without looking at the test split.
+pub fn val_split() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/val.jsonl")
+}
+
 /// Reads up to `per_task` examples of each task (file order, so runs are comparable).
 pub fn load(path: &Path, per_task: usize) -> Result<Vec<TaskExample>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;

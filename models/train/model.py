@@ -48,6 +48,8 @@ class TinyConfig:
     n_experts: int = 0
     top_k: int = 0
     expert_hidden: int = 0
+    # llama only: LM head = input embedding (the SmolLM2 draft; the tiny models are untied)
+    tie_embeddings: bool = False
 
     @property
     def head_dim(self):
@@ -103,7 +105,7 @@ class TinyConfig:
             "rms_norm_eps": self.rms_norm_eps,
             "hidden_act": "silu",
             "attention_bias": False,
-            "tie_word_embeddings": False,
+            "tie_word_embeddings": self.tie_embeddings,
             "bos_token_id": self.bos_token_id,
             "eos_token_id": self.eos_token_id,
             "pad_token_id": self.pad_token_id,
@@ -136,7 +138,8 @@ class TinyConfig:
                    eos_token_id=d["eos_token_id"], pad_token_id=d["pad_token_id"],
                    bos_token_id=d["bos_token_id"], eot_token_id=d["eot_token_id"],
                    n_experts=d.get("num_experts", 0), top_k=d.get("num_experts_per_tok", 0),
-                   expert_hidden=d.get("moe_intermediate_size", 0))
+                   expert_hidden=d.get("moe_intermediate_size", 0),
+                   tie_embeddings=bool(d.get("tie_word_embeddings", False)))
 
 
 class RMSNorm(nn.Module):
@@ -379,6 +382,8 @@ class HFDecoderTiny(nn.Module):
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._rope_cache = {}
         init_weights(self, cfg.n_layers, ("o_proj.weight", "down_proj.weight"))
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
 
     def _rope(self, T, device):
         key = (T, str(device))
@@ -418,6 +423,8 @@ def save_hf(model, out_dir, dtype=torch.bfloat16):
     from safetensors.torch import save_file
     os.makedirs(out_dir, exist_ok=True)
     sd = {k: v.detach().to(dtype).contiguous().clone() for k, v in model.state_dict().items()}
+    if model.cfg.tie_embeddings:   # HF convention: a tied head is not stored
+        sd.pop("lm_head.weight", None)
     save_file(sd, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(model.cfg.to_hf(), f, indent=2)
@@ -431,5 +438,7 @@ def load_hf(model_dir, device="cpu"):
         cfg = TinyConfig.from_hf(json.load(f))
     model = build(cfg)
     sd = {k: v.float() for k, v in load_file(os.path.join(model_dir, "model.safetensors"), device=str(device)).items()}
+    if cfg.tie_embeddings and "lm_head.weight" not in sd:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     model.load_state_dict(sd, strict=True)
     return model.to(device)

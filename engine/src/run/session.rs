@@ -12,7 +12,9 @@ use super::stop::stop_ids;
 use crate::backend::batch::ForwardBatcher;
 use crate::backend::cpu::CpuBackend;
 use crate::decode::ar::{generate_ar_reusing, ArPrefixCache};
-use crate::decode::spec_ar::{check_pair, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats};
+use crate::decode::spec_ar::{
+    check_pair, draft_on_int8, generate_speculative, SpecArCaches, SpecArSettings, SpecArStats,
+};
 use crate::decode::{check_request, generate_dyn, trim_at_stop, CancelFlag, DecodeOutput, DecodeSettings, StepFrame};
 use crate::error::Result;
 use crate::model::{
@@ -145,7 +147,7 @@ impl Session {
     pub fn set_draft(&mut self, draft: Arc<ModelParts>, settings: SpecArSettings) -> Result<()> {
         settings.validate()?;
         check_pair(&self.model.transformer.config, &draft.transformer.config)?;
-        let backend = CpuBackend::new(draft.transformer.clone());
+        let backend = CpuBackend::new(Arc::new(draft_on_int8(&draft.transformer)?));
         self.draft = Some(DraftModel { model: draft, backend, settings, caches: SpecArCaches::default() });
         Ok(())
     }

@@ -35,6 +35,7 @@ use super::output::{DecodeOutput, StopReason};
 use super::settings::DecodeSettings;
 use crate::backend::Backend;
 use crate::error::{EngineError, Result};
+use crate::model::{KernelChoice, Transformer};
 
 /// How drafting and verification are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -234,6 +235,17 @@ pub fn generate_speculative(
     let (cache, fed, seq) = verifier.into_cache();
     reuse.target.store(cache, &seq[..fed]);
     Ok((run.finish(stats.verify_forwards), stats))
+}
+
+/// The draft as speculative decoding runs it: every matrix on the int8 kernels (one scale per
+/// output row). A draft only proposes tokens and the target decides every one, so the draft's
+/// precision changes how often it is accepted, never the output; what speculation needs is a
+/// cheap draft token. Measured on the 2-core dev machine: the SmolLM2 draft
+/// (`models/smollm2-draft`, its 49,152 x 128 head dominating) costs 0.78 ms per token on f32
+/// panels and 0.21 ms on int8, against SmolLM2's ~8 ms.
+pub fn draft_on_int8(draft: &Transformer) -> Result<Transformer> {
+    let weights = draft.weights.clone().repack(KernelChoice::Int8PerRow)?;
+    Ok(Transformer::new(draft.config.clone(), weights))
 }
 
 /// A target/draft pair speculative decoding can run: both causal, one vocabulary.
