@@ -565,6 +565,19 @@ def ci_cell(tasks, family):
     return f"{fx(tasks[family].get('accuracy'), 2)} ({fx(lo, 2)}-{fx(hi, 2)})"
 
 
+def family_rows(models, names, key, per_key, families, tail):
+    """One row per model that ran the `key` set: name, examples per family, each family's accuracy
+    with its interval, then `tail(result)`."""
+    rows = []
+    for n in names:
+        x = models[n] or {}
+        u = x.get(key)
+        if u:
+            t = u.get("tasks") or {}
+            rows.append([f"`{n}`", g(x.get(per_key))] + [ci_cell(t, f) for f in families] + tail(u))
+    return rows
+
+
 def render_quality(d):
     out = []
     m = d.get("models") or {}
@@ -620,14 +633,8 @@ def render_quality(d):
             out.append(table(["model", "shipped gen / block / steps", "reference accuracy", "shipped accuracy",
                               "same answer", "reference decode s", "shipped decode s"], srows))
         fams = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
-        urows = []
-        for n in names:
-            u = (m[n] or {}).get("unseen")
-            if not u:
-                continue
-            t = u.get("tasks") or {}
-            urows.append([f"`{n}`", g((m[n] or {}).get("unseen_examples_per_family"))] + [ci_cell(t, f) for f in fams]
-                         + [fx(u.get("wall_s"), 0), fx(u.get("correct_per_s"), 2)])
+        urows = family_rows(m, names, "unseen", "unseen_examples_per_family", fams,
+                            lambda u: [fx(u.get("wall_s"), 0), fx(u.get("correct_per_s"), 2)])
         if urows:
             out.append("**Unseen words and paraphrased instructions** (`models/data/unseen.jsonl`, written by "
                        "`python -m models.train.skills`): words, names and made-up words no training task used, "
@@ -639,14 +646,8 @@ def render_quality(d):
                        "unseen set's decoding time in this run; right answers / s: exact matches over all families "
                        "divided by that time, the measure that picks the default dLLM).\n")
         lfams = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]
-        lrows = []
-        for n in names:
-            u = (m[n] or {}).get("unseen_long")
-            if not u:
-                continue
-            t = u.get("tasks") or {}
-            lrows.append([f"`{n}`", g((m[n] or {}).get("unseen_long_examples_per_family"))]
-                         + [ci_cell(t, f) for f in lfams] + [fx(u.get("wall_s"), 0)])
+        lrows = family_rows(m, names, "unseen_long", "unseen_long_examples_per_family", lfams,
+                            lambda u: [fx(u.get("wall_s"), 0)])
         if lrows:
             out.append("**Long answers** (`models/data/unseen_long.jsonl`: answers of 60-260 tokens with held-out "
                        "words, instructions and test-split paragraphs; models with a 512-token context; decoding stops "
