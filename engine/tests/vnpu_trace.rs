@@ -76,3 +76,31 @@ fn chrome_trace_has_processes_threads_slices_and_counters() {
     let direct = to_chrome_trace(&t, &LanePower::from_profile(npu.profile()));
     assert_eq!(direct, npu.chrome_trace());
 }
+
+#[test]
+fn discarding_the_timeline_keeps_the_clock_and_bounds_the_trace() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/golden/llada");
+    let model = Arc::new(load_transformer(&dir).unwrap().0);
+    let mut npu = VirtualNpu::new(model, DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let toks: Vec<u32> = (0..24).collect();
+    let pos: Vec<usize> = (0..24).collect();
+    let mut forward = |npu: &mut VirtualNpu| {
+        npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[23], kv: KvMode::Ignore }, None)
+            .unwrap();
+    };
+    forward(&mut npu);
+    let one = npu.timeline_len();
+    let end_of_first = npu.timeline().end_sim();
+    assert!(one.0 > 0 && end_of_first > 0.0);
+    forward(&mut npu);
+    assert_eq!(npu.timeline_len().0, 2 * one.0, "a second forward records as many events");
+
+    npu.discard_timeline();
+    assert_eq!(npu.timeline_len(), (0, 0));
+    forward(&mut npu);
+    // Only the new forward's events remain, and they continue the clock after both earlier ones.
+    assert_eq!(npu.timeline_len(), one);
+    let t = npu.timeline();
+    let start = t.events.iter().map(|e| e.start_sim).fold(f64::INFINITY, f64::min);
+    assert!(start >= 2.0 * end_of_first - 1e-12, "the clock restarted: {start} < {}", 2.0 * end_of_first);
+}

@@ -72,4 +72,8 @@ pub trait Backend: Send {
     fn take_moe_stats(&mut self) -> Option<crate::moe::MoeStats> {
         None
     }
+    /// Drops the trace events recorded so far (backends that record a timeline); the simulated
+    /// clock keeps running. Long-lived backends call it between runs so the trace stays one
+    /// run long instead of growing with every forward ever made.
+    fn discard_timeline(&mut self) {}
 }

@@ -103,6 +103,10 @@ impl Backend for RecordingBackend {
     fn cpu_path_host(&self) -> Option<&dyn CpuPathHost> {
         Some(self)
     }
+
+    fn discard_timeline(&mut self) {
+        self.inner.discard_timeline();
+    }
 }
 
 impl CpuPathHost for RecordingBackend {

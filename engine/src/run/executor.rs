@@ -85,8 +85,8 @@ impl Executor {
     pub fn timeline_mark(&self) -> Option<TimelineMark> {
         match self {
             Executor::Vnpu(b) => {
-                let t = b.timeline();
-                Some(TimelineMark { events: t.events.len(), counters: t.counters.len() })
+                let (events, counters) = b.timeline_len();
+                Some(TimelineMark { events, counters })
             }
             Executor::Other(_) => None,
         }

@@ -261,6 +261,8 @@ impl Session {
         let is_moe = self.model.transformer.moe_shape().is_some();
         self.model.transformer.take_moe_stats();
         self.executor.as_dyn().take_moe_stats();
+        // Each run's trace starts afresh: a session's timeline would otherwise grow without bound.
+        self.executor.as_dyn().discard_timeline();
         let mark = self.executor.timeline_mark();
         let diffusion = self.model.transformer.config.arch.is_diffusion();
         let backend = self.executor.as_dyn();

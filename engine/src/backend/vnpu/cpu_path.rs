@@ -61,6 +61,33 @@ pub struct Lanes {
     totals: CpuPathTotals,
     /// The next dense forward waits for the CPU path (set by [`Lanes::sync`], used once).
     barrier: bool,
+    /// Latest end of the events scanned so far (all / all but the CPU path's), and how many were
+    /// scanned: the timeline only grows, so each dense forward scans only what is new (a full
+    /// scan per forward made long runs quadratic).
+    ends: TimelineEnds,
+}
+
+/// Running maxima over a prefix of the timeline's events.
+#[derive(Debug, Default)]
+struct TimelineEnds {
+    scanned: usize,
+    all: f64,
+    npu_side: f64,
+}
+
+impl TimelineEnds {
+    fn update(&mut self, timeline: &Timeline) {
+        // Events are only appended or discarded as a whole (the maxima are kept then).
+        self.scanned = self.scanned.min(timeline.events.len());
+        for e in &timeline.events[self.scanned..] {
+            let end = e.start_sim + e.dur_sim;
+            self.all = self.all.max(end);
+            if e.category != "cpu_path" {
+                self.npu_side = self.npu_side.max(end);
+            }
+        }
+        self.scanned = timeline.events.len();
+    }
 }
 
 impl Lanes {
@@ -73,6 +100,7 @@ impl Lanes {
             pending: Vec::new(),
             totals: CpuPathTotals::default(),
             barrier: false,
+            ends: TimelineEnds::default(),
         }
     }
     /// Places queued CPU-path tasks whose dense forward is recorded next to it.
@@ -111,13 +139,29 @@ impl Lanes {
     /// end, or after every event so far (CPU-path tasks included) after a [`Lanes::sync`].
     pub fn begin_dense(&mut self) -> f64 {
         self.flush();
-        let t0 = if std::mem::take(&mut self.barrier) {
-            self.timeline.end_sim()
-        } else {
-            self.timeline.events.iter().filter(|e| e.category != "cpu_path").map(|e| e.start_sim + e.dur_sim).fold(0.0, f64::max)
-        };
+        self.ends.update(&self.timeline);
+        let t0 = if std::mem::take(&mut self.barrier) { self.ends.all } else { self.ends.npu_side };
         self.dense_starts.push(t0);
         t0
+    }
+    /// Drops the recorded events and counter samples; the clocks (where the next dense forward
+    /// and CPU-path task may start) are kept, so later events continue the same time line.
+    pub fn discard_timeline(&mut self) {
+        self.flush();
+        self.ends.update(&self.timeline);
+        self.timeline.events.clear();
+        self.timeline.counters.clear();
+        self.ends.scanned = 0;
+    }
+    /// Events and counter samples recorded so far.
+    pub fn timeline_len(&self) -> (usize, usize) {
+        (self.timeline.events.len(), self.timeline.counters.len())
+    }
+    /// Latest simulated end of any event on the timeline ([`Timeline::end_sim`] without rescanning
+    /// what earlier calls saw).
+    pub fn end_sim(&mut self) -> f64 {
+        self.ends.update(&self.timeline);
+        self.ends.all
     }
     /// The next dense forward waits for every CPU-path task so far (a lockstep step boundary).
     pub fn sync(&mut self) {

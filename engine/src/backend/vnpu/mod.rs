@@ -193,6 +193,10 @@ impl VirtualNpu {
     pub fn timeline(&self) -> Timeline {
         self.lanes.lock().timeline().clone()
     }
+    /// Events and counter samples on the timeline so far (a cheap mark, no copy).
+    pub fn timeline_len(&self) -> (usize, usize) {
+        self.lanes.lock().timeline_len()
+    }
     /// Totals over all forwards (the CPU path's in `cpu_path`).
     pub fn totals(&self) -> VnpuTotals {
         VnpuTotals { cpu_path: self.lanes.lock().cpu_path_totals(), ..self.totals }
@@ -298,7 +302,7 @@ impl VirtualNpu {
     /// their energy: the NPU idles powered while a host core dispatches.
     fn record_moe_launches(&mut self, c: &moe_launches::MoeLaunchCharge) -> f64 {
         let mut lanes = self.lanes.lock();
-        let t0 = lanes.timeline().end_sim();
+        let t0 = lanes.end_sim();
         let timeline = lanes.timeline_mut();
         for e in &c.events {
             let mut e = e.clone();
@@ -317,6 +321,9 @@ impl VirtualNpu {
 impl Backend for VirtualNpu {
     fn name(&self) -> String {
         format!("vnpu:{}", self.profile.name)
+    }
+    fn discard_timeline(&mut self) {
+        self.lanes.lock().discard_timeline();
     }
     fn config(&self) -> &ModelConfig {
         &self.model.config
