@@ -166,7 +166,7 @@ fn show(data: &Data, id: i64, steps: bool, json_out: bool) -> Result<()> {
             n("padded_rows")
         );
     }
-    println!("trace      {} frames{}", r.trace_frames, if r.has_timeline { " · vNPU timeline stored" } else { "" });
+    println!("trace      {} frames{}", r.trace_frames, if r.has_timeline { " · timeline stored (unmask trace export)" } else { "" });
     println!("settings   {}", serde_json::to_string(&r.settings)?);
     if let Some(frames) = frames {
         println!("\n{:>5} {:>11} {:>7} {:>8} {:>10} {:>9} {:>9}", "STEP", "BLOCK", "WINDOW", "CHANGES", "COMMITTED", "WALL", "SIM");

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde_json::{json, Value};
 use unmask_engine::decode::StepFrame;
-use unmask_engine::trace::{to_chrome_trace, Lane, LanePower, Timeline, TraceEvent};
+use unmask_engine::trace::{to_chrome_trace, Lane, LanePower, Timeline, TraceEvent, MEASURED_DEVICE};
 use unmask_store::StoreError;
 
 use crate::data::{self, Data};
@@ -42,6 +42,11 @@ fn export(data: &Data, id: i64, out: &Path) -> Result<()> {
         Err(e) => return Err(e.into()),
     };
     let (doc, what) = match data.block_on(store.run_timeline(id))? {
+        // Measured timelines (a speculative run's drafter and verifier, app CPU runs) say so.
+        Some(t) if t.timeline.device == MEASURED_DEVICE => {
+            let n = t.timeline.events.len();
+            (measured_doc(&t.timeline, id, None), format!("{n} measured events"))
+        }
         Some(t) => {
             let power = t.power.unwrap_or_else(zero_power);
             let n = t.timeline.events.len();
@@ -53,7 +58,7 @@ fn export(data: &Data, id: i64, out: &Path) -> Result<()> {
                 return Err(fail(UNAVAILABLE, format!("run {id} has neither a timeline nor a step trace")));
             }
             let t = measured_timeline(&format!("{} run {id}", run.backend), &frames);
-            (measured_doc(&t, id), format!("{} measured steps", frames.len()))
+            (measured_doc(&t, id, Some("decode steps")), format!("{} measured steps", frames.len()))
         }
     };
     let text = serde_json::to_string(&doc)?;
@@ -91,8 +96,9 @@ pub fn measured_timeline(device: &str, frames: &[StepFrame]) -> Timeline {
     t
 }
 
-/// The engine's export of a measured timeline, relabelled: its times are wall time, not simulated.
-fn measured_doc(t: &Timeline, id: i64) -> Value {
+/// The engine's export of a measured timeline, relabelled: its times are wall time, not simulated
+/// (`thread`: one name for its single lane; `None` keeps the lanes' own names).
+fn measured_doc(t: &Timeline, id: i64, thread: Option<&str>) -> Value {
     let mut doc = to_chrome_trace(t, &zero_power());
     if let Some(events) = doc.get_mut("traceEvents").and_then(Value::as_array_mut) {
         // No device was simulated: drop the (zero) power counter and name the process honestly.
@@ -101,12 +107,12 @@ fn measured_doc(t: &Timeline, id: i64) -> Value {
             if e["ph"] == "M" && e["name"] == "process_name" {
                 e["args"]["name"] = json!(format!("{} (measured wall time)", t.device));
             }
-            if e["ph"] == "M" && e["name"] == "thread_name" {
-                e["args"]["name"] = json!("decode steps");
+            if let (Some(name), true) = (thread, e["ph"] == "M" && e["name"] == "thread_name") {
+                e["args"]["name"] = json!(name);
             }
         }
     }
-    doc["otherData"] = json!({"run_id": id, "time_base": "measured wall time of each denoising step"});
+    doc["otherData"] = json!({"run_id": id, "time_base": "measured wall time on this machine"});
     doc
 }
 

@@ -169,6 +169,18 @@ fn a_speculative_run_is_stored_with_its_draft_model_and_counters() {
     assert_eq!(sp["stats"]["accepted"], v["speculation"]["accepted"]);
     let text = env.ok(&["runs", "show", &id]);
     assert!(text.contains("speculation draft tiny-draft"), "{text}");
+    // Its trace shows the two tasks, measured: one slice per draft and per verification.
+    let out = env.data().join("spec.json");
+    env.ok(&["trace", "export", &id, "--perfetto", out.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).expect("valid JSON");
+    let ev = doc["traceEvents"].as_array().expect("traceEvents");
+    let thread = |name: &str| ev.iter().find(|e| e["name"] == "thread_name" && e["args"]["name"] == name).map(|e| e["tid"].clone());
+    let (drafter, verifier) = (thread("Drafter").expect("a Drafter lane"), thread("Verifier").expect("a Verifier lane"));
+    let slices = |tid: &serde_json::Value| ev.iter().filter(|e| e["ph"] == "X" && &e["tid"] == tid).count() as u64;
+    assert_eq!(slices(&drafter), v["speculation"]["drafted"].as_u64().unwrap());
+    assert_eq!(slices(&verifier), v["speculation"]["verify_forwards"].as_u64().unwrap());
+    assert!(ev.iter().any(|e| e["ph"] == "C" && e["name"] == "draft_queue_depth"), "queue depth counter");
+    assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"].as_str().unwrap().contains("measured")));
     // A run without a draft has no speculation record.
     let plain = env.json(&["generate", "Continue: the old man and the", "-m", "tiny-ar", "--json"]);
     let shown = env.json(&["runs", "show", &plain["run_id"].as_i64().unwrap().to_string(), "--json"]);

@@ -387,3 +387,32 @@ fn concurrent_asynchronous_runs_both_finish() {
         }
     }
 }
+
+/// The measured trace the profiler draws: one Drafter span per draft, one Verifier span per
+/// verification, a queue sample per verification; in turn on one thread for `sync`/`adaptive`.
+#[test]
+fn the_trace_has_a_span_per_draft_and_per_verification() {
+    use unmask_engine::decode::spec_ar::trace::SpecTask;
+    let (target_m, draft_m) = (load("tiny-ar"), load("tiny-draft"));
+    let (mut target, mut draft) = (cpu(&target_m), cpu(&draft_m));
+    let p = chat_prompt(&target_m, "Reverse: river stone cloud");
+    for schedule in SCHEDULES {
+        let spec = SpecArSettings { schedule, draft_len: 3, ..Default::default() };
+        let (out, stats, _) = speculate(&mut target, &mut draft, &p, &greedy(32), &spec);
+        let t = &stats.trace;
+        let count = |task| t.spans.iter().filter(|s| s.task == task).count();
+        assert_eq!(count(SpecTask::Draft), stats.drafted, "{schedule}");
+        assert_eq!(count(SpecTask::Verify), stats.verify_forwards, "{schedule}");
+        assert_eq!(t.queue_depth.len(), stats.verify_forwards, "{schedule}");
+        let judged: usize = t.spans.iter().map(|s| s.offered).sum();
+        let accepted: usize = t.spans.iter().map(|s| s.accepted).sum();
+        assert_eq!((judged, accepted), (stats.offered, stats.accepted), "{schedule}");
+        assert!(t.spans.windows(2).all(|w| w[0].start_s <= w[1].start_s), "{schedule}: time order");
+        let end = t.spans.iter().map(|s| s.start_s + s.dur_s).fold(0.0, f64::max);
+        assert!(end <= out.wall_s + 1e-3, "{schedule}: spans end by the run's end ({end} > {})", out.wall_s);
+        if schedule != SpecSchedule::Async {
+            // One thread: a span starts after the previous one ended.
+            assert!(t.spans.windows(2).all(|w| w[1].start_s + 1e-9 >= w[0].start_s + w[0].dur_s), "{schedule}: overlap");
+        }
+    }
+}

@@ -250,6 +250,7 @@ impl AppState {
             Ok(done) => {
                 let (mut outcome, timeline) = recorded_outcome(&done.outcome);
                 outcome.output = done.outcome.text.trim().to_owned();
+                // Speculative AR runs come with their drafter / verifier timeline (measured).
                 rec.set_timeline(timeline.unwrap_or_else(|| crate::timeline::measured_from_frames(&done.frames)));
                 let record = rec.finish(outcome).await?;
                 self.store.put_run_counters(record.id, &done.outcome, None).await?;

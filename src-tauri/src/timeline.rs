@@ -10,13 +10,15 @@ use unmask_store::StoredTimeline;
 use crate::dto::{CounterView, EventView, LaneKind, LaneView, TimelineView};
 
 /// Device label of timelines measured on this machine (CPU runs).
-pub const MEASURED_DEVICE: &str = "host CPU (measured wall time, not simulated)";
+pub use unmask_engine::trace::MEASURED_DEVICE;
 
 fn lane_id(lane: Lane) -> String {
     match lane {
         Lane::Npu => "npu".into(),
         Lane::Dma => "dma".into(),
         Lane::Cpu(i) => format!("cpu{i}"),
+        Lane::Verifier => "verifier".into(),
+        Lane::Drafter => "drafter".into(),
     }
 }
 
@@ -24,7 +26,7 @@ fn lane_kind(lane: Lane) -> LaneKind {
     match lane {
         Lane::Npu => LaneKind::Npu,
         Lane::Dma => LaneKind::Dma,
-        Lane::Cpu(_) => LaneKind::Cpu,
+        Lane::Cpu(_) | Lane::Verifier | Lane::Drafter => LaneKind::Cpu,
     }
 }
 
@@ -35,6 +37,8 @@ fn counter_unit(name: &str) -> &'static str {
         "W"
     } else if name.ends_with("_j") || name.contains("energy") {
         "J"
+    } else if name == unmask_engine::decode::spec_ar::trace::QUEUE_DEPTH_COUNTER {
+        "drafts"
     } else {
         ""
     }

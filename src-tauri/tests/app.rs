@@ -475,8 +475,19 @@ async fn a_draft_model_speeds_an_autoregressive_model_without_changing_its_answe
     // Accepted drafts reach the live view marked as drafts.
     let marked = frames_of(&events).iter().flat_map(|f| f.changes.clone()).filter(|t| t.speculative).count() as u64;
     assert_eq!(marked, sp.accepted, "one mark per accepted draft");
-    // The stored run shows the same counters.
-    assert_eq!(state.get_run(spec.id).await.expect("run").summary.speculation, Some(sp));
+    // The stored run shows the same counters, and its profiler timeline the two tasks: a Drafter
+    // lane with one slice per draft, a Verifier lane with one per verification, the queue depth.
+    let detail = state.get_run(spec.id).await.expect("run");
+    assert_eq!(detail.summary.speculation, Some(sp.clone()));
+    let tl = detail.timeline.expect("a measured timeline");
+    assert!(!tl.simulated);
+    let lanes: Vec<&str> = tl.lanes.iter().map(|l| l.label.as_str()).collect();
+    assert_eq!(lanes, ["Verifier", "Drafter"]);
+    let on = |lane: &str| tl.events.iter().filter(|e| e.lane == lane).count() as u64;
+    assert_eq!(on("drafter"), sp.drafted, "one slice per draft");
+    assert_eq!(on("verifier"), sp.verify_forwards, "one slice per verification");
+    let depth = tl.counters.iter().find(|c| c.name == "draft_queue_depth").expect("queue depth counter");
+    assert_eq!(depth.points.len() as u64, sp.verify_forwards);
 
     let runs_before = state.list_runs(None, 100).await.expect("runs").len();
     for (draft_id, model_id, says) in

@@ -121,7 +121,14 @@ pub fn recorded_outcome(o: &unmask_engine::run::RunOutcome) -> (RunOutcome, Opti
     // Answer tokens only: EOS padding after the answer is not output.
     outcome.metrics.tokens_per_forward = Some(o.answer_tokens_per_forward());
     outcome.metrics.answer_tokens = Some(o.answer_tokens as u64);
-    let timeline = o.timeline.as_ref().map(|t| StoredTimeline { timeline: t.timeline.clone(), power: Some(t.power.clone()) });
+    let timeline = match (&o.timeline, &o.speculation) {
+        (Some(t), _) => Some(StoredTimeline { timeline: t.timeline.clone(), power: Some(t.power.clone()) }),
+        // A speculative AR run on the CPU: its drafter and verifier tasks, measured.
+        (None, Some(sp)) if !sp.trace.is_empty() => {
+            Some(StoredTimeline { timeline: sp.trace.to_timeline(unmask_engine::trace::MEASURED_DEVICE), power: None })
+        }
+        _ => None,
+    };
     if let Some(t) = &o.timeline {
         outcome.metrics.energy_mj = Some(t.timeline.energy(&t.power).total_j * 1e3);
     }

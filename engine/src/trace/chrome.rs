@@ -14,6 +14,8 @@ fn tid(lane: Lane) -> u64 {
     match lane {
         Lane::Npu => 1,
         Lane::Dma => 2,
+        Lane::Verifier => 3,
+        Lane::Drafter => 4,
         Lane::Cpu(i) => 10 + i as u64,
     }
 }

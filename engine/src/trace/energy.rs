@@ -38,6 +38,9 @@ impl LanePower {
             Lane::Npu => self.npu_active_w,
             Lane::Dma => self.dma_w,
             Lane::Cpu(i) => self.cpu_core_w.get(i).or(self.cpu_core_w.last()).copied().unwrap_or(0.0),
+            // Each task runs on a core of its own.
+            Lane::Verifier => self.cpu_core_w.first().copied().unwrap_or(0.0),
+            Lane::Drafter => self.cpu_core_w.get(1).or(self.cpu_core_w.last()).copied().unwrap_or(0.0),
         }
     }
 }

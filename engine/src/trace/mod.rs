@@ -9,6 +9,10 @@ pub(crate) mod energy;
 pub use chrome::to_chrome_trace;
 pub use energy::{EnergyReport, LanePower};
 
+/// Device label of timelines measured on this machine (their `*_sim` times hold measured wall
+/// seconds; nothing on them is simulated).
+pub const MEASURED_DEVICE: &str = "host CPU (measured wall time, not simulated)";
+
 /// Where an event runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Lane {
@@ -18,6 +22,10 @@ pub enum Lane {
     Cpu(usize),
     /// The DMA engine copying into NPU-visible memory.
     Dma,
+    /// Speculative AR decoding's verifier task (the target model; measured on this machine).
+    Verifier,
+    /// Speculative AR decoding's drafter task (the draft model; measured on this machine).
+    Drafter,
 }
 
 impl Lane {
@@ -27,6 +35,8 @@ impl Lane {
             Lane::Npu => "NPU".into(),
             Lane::Cpu(i) => format!("CPU {i}"),
             Lane::Dma => "DMA".into(),
+            Lane::Verifier => "Verifier".into(),
+            Lane::Drafter => "Drafter".into(),
         }
     }
 }

@@ -18,6 +18,7 @@ pub(crate) mod accept;
 pub mod control;
 mod pipelined;
 pub(crate) mod state;
+pub mod trace;
 
 use std::time::Instant;
 
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use self::control::{acceptance_bound, EntropyHistoryControl};
 use self::state::{Drafter, Verified, Verifier};
+use self::trace::{SpecTask, SpecTrace};
 use super::ar::{check_ar_request, ArPrefixCache};
 use super::canvas::{Canvas, TokenState};
 use super::denoise::FrameSink;
@@ -163,6 +165,10 @@ pub struct SpecArStats {
     pub drafter_wait_s: f64,
     /// `async`: draft queue depth sampled at each verification start.
     pub queue_depths: Vec<usize>,
+    /// When each draft and verification ran (measured), for the profiler; not stored with the
+    /// counters (the run's timeline holds it).
+    #[serde(skip)]
+    pub trace: SpecTrace,
 }
 
 impl SpecArStats {
@@ -386,7 +392,9 @@ fn run_in_turn(
         let k_max = spec.draft_len.min(run.remaining() - 1);
         let mut drafts = Vec::with_capacity(k_max);
         while drafts.len() < k_max {
+            let t = Instant::now();
             let d = drafter.draft(settings, rng)?;
+            stats.trace.span(run.t0, t, SpecTask::Draft, d.pos, 0, 0);
             let h = d.entropy;
             drafts.push(d);
             if adaptive {
@@ -403,7 +411,10 @@ fn run_in_turn(
             }
         }
         stats.drafted += drafts.len();
+        stats.trace.queue_depth.push((run.t0.elapsed().as_secs_f64(), drafts.len()));
+        let t = Instant::now();
         let v = verifier.verify(&drafts, true, settings, rng)?;
+        stats.trace.span(run.t0, t, SpecTask::Verify, v.forward_tokens, v.offered, v.accepted);
         stats.offered += v.offered;
         stats.accepted += v.accepted;
         if v.accepted < v.offered {

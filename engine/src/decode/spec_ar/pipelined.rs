@@ -23,6 +23,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::control::{acceptance_bound, EntropyHistoryControl, PreVerifyControl};
 use super::state::{Draft, Drafter, PrefixHashes, Verifier};
+use super::trace::{SpecTask, SpecTrace};
 use super::{RunState, SpecArSettings, SpecArStats};
 use crate::decode::denoise::FrameSink;
 use crate::decode::frame::{CancelFlag, StepFrame};
@@ -57,6 +58,8 @@ struct DrafterReport {
     rolled_back: usize,
     pre_dropped: usize,
     wait_s: f64,
+    /// The drafter's spans.
+    trace: SpecTrace,
 }
 
 /// The two thread pools of one asynchronous run: one thread for the drafter, the rest for the
@@ -95,6 +98,7 @@ pub(super) fn run(
     let end = run.prompt_len + run.gen_length;
     let committed0 = verifier.seq.clone();
     let draft_seed = settings.seed ^ 0x9e37_79b9_7f4a_7c15;
+    let t0 = run.t0;
 
     let (frame_tx, frame_rx) = mpsc::channel::<StepFrame>();
     let caller_stopped = AtomicBool::new(false);
@@ -105,7 +109,7 @@ pub(super) fn run(
         let drafter_task = s.spawn(move || {
             let mut draft_rng = ChaCha8Rng::seed_from_u64(draft_seed);
             draft_pool.install(|| {
-                draft_loop(drafter, committed0, end, settings, spec, draft_tx, verdict_rx, drafter_clock, cancel, &mut draft_rng)
+                draft_loop(drafter, committed0, end, settings, spec, draft_tx, verdict_rx, drafter_clock, cancel, &mut draft_rng, t0)
             })
         });
         let stopped = &caller_stopped;
@@ -143,6 +147,7 @@ pub(super) fn run(
     stats.rolled_back += r.rolled_back;
     stats.pre_dropped += r.pre_dropped;
     stats.drafter_wait_s += r.wait_s;
+    stats.trace.merge(r.trace);
     Ok(())
 }
 
@@ -212,6 +217,7 @@ fn verify_loop(
         }
         stats.verifier_wait_s += wait0.elapsed().as_secs_f64();
         stats.queue_depths.push(held.len());
+        stats.trace.queue_depth.push((run.t0.elapsed().as_secs_f64(), held.len()));
         // The contiguous run of drafts that continue the committed sequence, one after another.
         let mut batch: Vec<Draft> = Vec::with_capacity(take);
         let mut parent = None::<u64>;
@@ -235,7 +241,9 @@ fn verify_loop(
         if let Ok(mut c) = clock.verifier.lock() {
             *c = Some((tokens_in, Instant::now()));
         }
+        let t = Instant::now();
         let v = verifier.verify(&batch, false, settings, rng)?;
+        stats.trace.span(run.t0, t, SpecTask::Verify, v.forward_tokens, v.offered, v.accepted);
         if let Ok(mut c) = clock.verifier.lock() {
             *c = None;
         }
@@ -275,6 +283,7 @@ fn draft_loop(
     clock: VerifierClock,
     cancel: &CancelFlag,
     rng: &mut ChaCha8Rng,
+    t0: Instant,
 ) -> Result<DrafterReport> {
     let mut side = DrafterSide {
         committed,
@@ -319,9 +328,10 @@ fn draft_loop(
             }
             continue;
         }
-        let t0 = Instant::now();
+        let start = Instant::now();
         let d = drafter.draft(settings, rng)?;
-        side.timing.draft.record(t0.elapsed().as_secs_f64(), 1);
+        side.timing.draft.record(start.elapsed().as_secs_f64(), 1);
+        side.report.trace.span(t0, start, SpecTask::Draft, d.pos, 0, 0);
         if let Some(per) = side.timing.draft.per_token() {
             clock.draft_s.store(per.to_bits(), Ordering::Relaxed);
         }
