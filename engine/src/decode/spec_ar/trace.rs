@@ -45,7 +45,15 @@ impl SpecTrace {
     }
 
     /// Records a span that started at `start` (measured against the run's `t0`).
-    pub(crate) fn span(&mut self, t0: Instant, start: Instant, task: SpecTask, tokens: usize, offered: usize, accepted: usize) {
+    pub(crate) fn span(
+        &mut self,
+        t0: Instant,
+        start: Instant,
+        task: SpecTask,
+        tokens: usize,
+        offered: usize,
+        accepted: usize,
+    ) {
         let start_s = start.saturating_duration_since(t0).as_secs_f64();
         let dur_s = start.elapsed().as_secs_f64();
         self.spans.push(SpecSpan { task, start_s, dur_s, tokens, offered, accepted });
@@ -99,7 +107,14 @@ mod tests {
 
     #[test]
     fn drafts_and_verifications_land_on_their_lanes_with_the_queue_counter() {
-        let span = |task, start_s, tokens, offered, accepted| SpecSpan { task, start_s, dur_s: 0.5, tokens, offered, accepted };
+        let span = |task, start_s, tokens, offered, accepted| SpecSpan {
+            task,
+            start_s,
+            dur_s: 0.5,
+            tokens,
+            offered,
+            accepted,
+        };
         let mut drafter = SpecTrace::default();
         drafter.spans.push(span(SpecTask::Draft, 0.0, 7, 0, 0));
         drafter.spans.push(span(SpecTask::Draft, 1.0, 8, 0, 0));
