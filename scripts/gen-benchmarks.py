@@ -448,14 +448,90 @@ def render_decoding(d):
 
 ABLATION_ORDER = ["reference", "prefix_cache", "sliding_window", "speculative", "revision", "spec_revision",
                   "spec_revision_lockstep", "spec_aggressive", "spec_aggressive_revision", "spec_aggressive_revision_eager",
-                  "revision_margin_0.05", "revision_margin_0.4", "revision_visible_0.5"]
+                  "revision_margin_0.05", "revision_margin_0.4", "revision_visible_0.5", "searched_control",
+                  "spec_searched", "spec_searched_revision"]
+
+
+def pts(v):
+    return "—" if v is None else f"{v:+.2f}"
+
+
+def paired_cell(p):
+    if not isinstance(p, dict):
+        return "—"
+    lo, hi = p.get("ci95_points") or [None, None]
+    return f"{pts(p.get('points'))} [{pts(lo)}, {pts(hi)}] (+{g(p.get('gained'))} / −{g(p.get('lost'))})"
+
+
+def render_ablation_search(d):
+    s = d.get("search") or {}
+    if not s:
+        return []
+    out = ["### ablation: the search (validation split)\n",
+           f"Chosen on {g(s.get('split'))}, {g(s.get('examples'))} prompts, before anything ran on the evaluation "
+           f"set. Rule (from the JSON): {g(s.get('rule'))}.\n"]
+    rows = []
+    for c in s.get("controls") or []:
+        rows.append([f"control: {c.get('name')}", fx(c.get("accuracy"), 3), "—", fx(c.get("forwards_ratio_vs_prefix_cache"), 3),
+                     fx(c.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)])
+    for p in s.get("speculation_grid") or []:
+        rows.append([p.get("name"), fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
+                     fx(p.get("forwards_ratio_vs_prefix_cache"), 3), fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)])
+    out.append("Speculation grid (change, forwards and latency against each point's control: prefix-cache decoding on "
+               "the same schedule without speculation):\n\n" +
+               table(["point", "accuracy", "change (points)", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
+    ch = s.get("chosen_speculation") or {}
+    out.append(f"Chosen: **{g(ch.get('name'))}**, {pts(s.get('chosen_speculation_loss_points'))} points lost against "
+               f"its control on the validation split.\n")
+    rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
+             g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),
+             g(p.get("cpu_path_forwards")), fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
+            for p in s.get("revision_grid") or []]
+    if rows:
+        out.append("Revision grid on the chosen point (change against the control):\n\n" +
+                   table(["revision", "accuracy", "change (points)", "revisions", "fixed / broke / neutral",
+                          "CPU-path forwards", f"{SIM} 8B latency ratio"], rows))
+    return out
+
+
+def render_ablation_answer(d):
+    h = d.get("headline") or {}
+    pr = d.get("paired") or {}
+    if "speculation_loss_points" not in h:
+        return []
+    out = ["### ablation: the answer (evaluation set)\n"]
+    rows = [[k.replace("_", " "), paired_cell(v)] for k, v in pr.items() if isinstance(v, dict)]
+    out.append(f"{g(d.get('examples_per_task'))} prompts per task of `{g(d.get('eval_set'))}` (never used by the "
+               "search). Paired differences over the same prompts, second minus first, in points, 95 % interval, "
+               "(prompts gained / lost):\n\n" + table(["comparison", "points"], rows))
+    verdict = "met" if h.get("goal_met") else "**not met**"
+    out.append(f"Goal (speculation alone loses ≥ 2 points, speculation + revision within 0.5 point of the reference, "
+               f"≤ 0.8× forwards and ≤ 0.85× {SIM} latency of prefix-cache decoding): {verdict}. Searched point: "
+               f"reference {fx(h.get('accuracy_reference'), 3)}, control {fx(h.get('accuracy_searched_control'), 3)}, "
+               f"speculative {fx(h.get('accuracy_speculative'), 3)}, + revision {fx(h.get('accuracy_spec_revision'), 3)}; "
+               f"{g(h.get('revisions'))} revisions ({g(h.get('revisions_fixed'))} fixed / {g(h.get('revisions_harmed'))} "
+               f"harmed); forwards {fx(h.get('forwards_ratio'), 3)}×, {SIM} latency {fx(h.get('sim_latency_ratio'), 3)}×; "
+               f"host wall (measured) {fx(h.get('host_wall_ratio_spec_revision'), 3)}×.\n")
+    m = d.get("moe") or {}
+    if m.get("variants"):
+        rows = [[f"`{k}`", fx(v.get("accuracy"), 3), " – ".join(fx(x, 3) for x in v.get("accuracy_ci95") or []),
+                 g(v.get("forwards")), g(v.get("revisions")),
+                 " / ".join(g(x) for x in v.get("revisions_fixed_broke_neutral") or [])]
+                for k, v in m["variants"].items()]
+        out.append(f"The same settings on `{g(m.get('model'))}` (not searched on it; {g(m.get('examples'))} prompts; "
+                   f"canvas: {g(m.get('canvas'))}; timing: {g(m.get('timing'))}); speculation {paired_cell(m.get('speculation_loss'))} "
+                   f"(control minus speculative), revision {paired_cell(m.get('revision_recovery'))}:\n\n" +
+                   table(["variant", "accuracy", "95 % interval", "forwards", "revisions", "fixed / broke / neutral"], rows))
+    return out
 
 
 def render_ablation(d):
     out = []
     v = d.get("variants") or {}
-    out.append(f"The embedded model on the virtual NPU, {g(d.get('examples_per_task'))} held-out prompts per task. "
-               f"{settings_line(d.get('settings'))}\n")
+    out.append(f"The embedded model on the virtual NPU, {g(d.get('examples_per_task'))} held-out prompts per task"
+               f"{' of `' + d['eval_set'] + '`' if d.get('eval_set') else ''}. {settings_line(d.get('settings'))}\n")
+    out += render_ablation_answer(d)
+    out += render_ablation_search(d)
     if d.get("timing"):
         out.append("Timing (from the JSON): " + d["timing"] + ".\n")
     if v:
@@ -498,8 +574,10 @@ def render_ablation(d):
         h = d.get("headline") or {}
         sr, pc = v.get("spec_revision"), v.get("prefix_cache")
         if sr and pc and h:
-            out.append(f"Reading it: with both features on, forwards are {fx(h.get('forwards_ratio'), 3)}× and the "
-                       f"loop's {SIM} LLaDA-8B latency on SM8750 {fx(h.get('sim_latency_ratio'), 3)}× those of "
+            out.append(f"Reading it: with both features on at their defaults, forwards are "
+                       f"{fx(h.get('forwards_ratio_default', h.get('forwards_ratio')), 3)}× and the "
+                       f"loop's {SIM} LLaDA-8B latency on SM8750 "
+                       f"{fx(h.get('sim_latency_ratio_default', h.get('sim_latency_ratio')), 3)}× those of "
                        f"prefix-cache decoding, at accuracy {fx(sr.get('accuracy'), 3)} vs "
                        f"{fx(pc.get('accuracy'), 3)}; the CPU path in lockstep costs "
                        f"{fx(h.get('sim_latency_ratio_lockstep_cpu_path'), 3)}× ({SIM}). Revisions made: "

@@ -1,7 +1,13 @@
-//! Suite `ablation`: NPU-aware decoding on the embedded model's held-out tasks —
-//! reference, + prefix cache, + sliding bucket window, + speculative (MBSD), + revision,
-//! + both — accuracy, forwards, tokens per forward, CPU wall time and a simulated NPU latency;
-//! plus the confidence calibration that justifies the revision thresholds.
+//! Suite `ablation`: does dual-path progressive revision earn its place? First a search on the
+//! validation split for a setting where speculation loses accuracy and revision might win it
+//! back (`ablation_search`); then, on the large evaluation set (300 prompts per task, its own
+//! seed), the reference, prefix-cache decoding, speculation and revision at their defaults, and
+//! the searched point without speculation / speculative / speculative + revision: accuracy with
+//! 95 % intervals and paired differences, forwards, LM-head rows, revisions (fixed / broke),
+//! CPU wall time, simulated NPU latency and energy; the searched point again on the MoE dLLM;
+//! measured host wall time (`ablation_wall`); and the confidence calibration behind the revision
+//! thresholds. `$UNMASK_ABLATION_PER_TASK` / `_VAL_PER_TASK` / `_WALL_PER_TASK` /
+//! `_MOE_PER_TASK` override the prompts per task (defaults 300 / 50 / 50 / 100).
 //!
 //! Runs on the virtual NPU (SM8750 profile; real math of the tiny model on this CPU) **timed at
 //! LLaDA-8B layer shapes** (`VnpuConfig::timed_as`): its shape buckets and launch costs drive the
@@ -32,10 +38,10 @@ use crate::tasks::{self, token_agreement, EvalResult, TaskExample};
 const REPLAY_DEVICES: &[&str] = &["sm8650", "sm8750", "sm8850"];
 
 /// One configuration; `npu_loop` forces the NPU-aware loop even with both features off.
-struct Variant {
-    name: &'static str,
-    settings: DecodeSettings,
-    npu_loop: bool,
+pub(crate) struct Variant {
+    pub(crate) name: String,
+    pub(crate) settings: DecodeSettings,
+    pub(crate) npu_loop: bool,
 }
 
 fn variants(base: &DecodeSettings) -> Vec<Variant> {
@@ -44,58 +50,71 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
     let spec = Some(SpeculativeSettings::default());
     let rev = Some(RevisionSettings::default());
     let aggressive = Some(SpeculativeSettings { trigger: base.block_length, max_lookahead: 24, accept_confidence: Some(0.5), ..Default::default() });
-    // Revision that re-checks more and revises sooner.
-    let eager = RevisionSettings { visible_threshold: 0.9, stable_threshold: 0.95, revise_margin: 0.05, max_checks: 8, ..Default::default() };
-    let v = |name, settings, npu_loop| Variant { name, settings, npu_loop };
+    let v = |name: &str, settings, npu_loop| Variant { name: name.to_owned(), settings, npu_loop };
     vec![
         v("reference", base.clone(), false),
         v("prefix_cache", prefix.clone(), false),
-        v("sliding_window", DecodeSettings { speculative: None, ..prefix.clone() }, true),
         v("speculative", DecodeSettings { speculative: spec.clone(), ..prefix.clone() }, true),
-        v("revision", DecodeSettings { revision: rev.clone(), ..prefix.clone() }, true),
         v("spec_revision", DecodeSettings { speculative: spec.clone(), revision: rev, ..prefix.clone() }, true),
         // The same with the CPU path in lockstep (every step waits for its job).
         v("spec_revision_lockstep", DecodeSettings { speculative: spec, revision: Some(RevisionSettings { schedule: CpuPathSchedule::Lockstep, ..Default::default() }), ..prefix.clone() }, true),
         // Aggressive speculation: look ahead on every step, accept drafts by their own confidence
-        // (not by the fresh forward's agreement); the setting where revision has something to fix.
-        v("spec_aggressive", DecodeSettings { speculative: aggressive.clone(), ..prefix.clone() }, true),
-        v("spec_aggressive_revision", DecodeSettings { speculative: aggressive.clone(), revision: Some(RevisionSettings::default()), ..prefix.clone() }, true),
-        v("spec_aggressive_revision_eager", DecodeSettings { speculative: aggressive, revision: Some(eager), ..prefix.clone() }, true),
-        // Small sweep behind the revision defaults (margin 0.2, visible 0.7).
-        v("revision_margin_0.05", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.05, ..Default::default() }), ..prefix.clone() }, true),
-        v("revision_margin_0.4", DecodeSettings { revision: Some(RevisionSettings { revise_margin: 0.4, ..Default::default() }), ..prefix.clone() }, true),
-        v("revision_visible_0.5", DecodeSettings { revision: Some(RevisionSettings { visible_threshold: 0.5, ..Default::default() }), ..prefix }, true),
+        // (not by the fresh forward's agreement). The search (validation split) covers this and
+        // more, with revision thresholds swept on its point.
+        v("spec_aggressive", DecodeSettings { speculative: aggressive, ..prefix }, true),
     ]
 }
 
 /// Totals of one variant beyond the shared `EvalResult`.
 #[derive(Default)]
-struct Extra {
+pub(crate) struct Extra {
     /// The variant's forwards, for the 8B replay.
     trace: DualPathTrace,
     /// Simulated time on the virtual NPU (SM8750 profile).
-    vnpu_sim_s: f64,
+    pub(crate) vnpu_sim_s: f64,
     drafts: usize,
     accepted: usize,
-    cpu_forwards: usize,
+    pub(crate) cpu_forwards: usize,
     deferred: usize,
     busy_steps: usize,
     dropped_jobs: usize,
-    revisions: usize,
+    pub(crate) revisions: usize,
     merges: usize,
     lm_head_rows: usize,
     lm_head_window_rows: usize,
     lm_head_rows_cpu_path: usize,
     /// Revisions that turned a wrong token into the target one / a right one into a wrong one /
     /// a wrong one into another wrong one (against the answer's tokens).
-    revision_fixed: usize,
-    revision_broke: usize,
-    revision_neutral: usize,
+    pub(crate) revision_fixed: usize,
+    pub(crate) revision_broke: usize,
+    pub(crate) revision_neutral: usize,
     /// (commit confidence, token correct) per generated position with a known target.
     calibration: Vec<(f32, bool)>,
+    /// Whether each example's answer was right, in example order (for paired comparisons).
+    pub(crate) correct: Vec<bool>,
 }
 
-fn run_variant(
+/// Paired accuracy difference `b - a` in points over the same examples, with a 95 % normal
+/// interval of the mean per-example difference (-1, 0 or +1).
+pub(crate) fn paired_points(a: &[bool], b: &[bool]) -> Value {
+    let n = a.len().min(b.len());
+    if n == 0 {
+        return Value::Null;
+    }
+    let d: Vec<f64> = a.iter().zip(b).map(|(&x, &y)| f64::from(u8::from(y)) - f64::from(u8::from(x))).collect();
+    let mean = d.iter().sum::<f64>() / n as f64;
+    let var = d.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n.max(2) - 1) as f64;
+    let half = 1.96 * (var / n as f64).sqrt();
+    json!({
+        "points": 100.0 * mean,
+        "ci95_points": [100.0 * (mean - half), 100.0 * (mean + half)],
+        "examples": n,
+        "gained": a.iter().zip(b).filter(|(x, y)| !**x && **y).count(),
+        "lost": a.iter().zip(b).filter(|(x, y)| **x && !**y).count(),
+    })
+}
+
+pub(crate) fn run_variant(
     backend: &mut RecordingBackend,
     tok: &TextTokenizer,
     examples: &[TaskExample],
@@ -106,6 +125,8 @@ fn run_variant(
     let mut x = Extra::default();
     let cancel = CancelFlag::new();
     for ex in examples {
+        // One example's trace at a time (the backend lives for the whole suite).
+        backend.discard_timeline();
         let ids = tok.encode(&ex.prompt)?;
         // Calibration target: the answer's tokens, then any stop token.
         let target = tok.encode(ex.answer.trim())?;
@@ -146,13 +167,15 @@ fn run_variant(
         let text = tok.decode(answer_ids, true);
         let e = r.per_task.entry(ex.task.clone()).or_default();
         e.1 += 1;
-        e.0 += usize::from(text.trim() == ex.answer.trim());
+        let ok = text.trim() == ex.answer.trim();
+        e.0 += usize::from(ok);
+        x.correct.push(ok);
         r.forwards += out.forwards;
         r.steps += out.steps;
         r.generated_tokens += answer_ids.len().max(1);
         r.wall_s += out.wall_s;
         x.vnpu_sim_s += vsim;
-        x.trace.extend(log.take_trace(v.name, answer_ids.len()));
+        x.trace.extend(log.take_trace(&v.name, answer_ids.len()));
         x.drafts += stats.drafts;
         x.accepted += stats.accepted;
         x.cpu_forwards += stats.cpu_forwards;
@@ -193,20 +216,108 @@ fn calibration(points: &[(f32, bool)]) -> Value {
     Value::Array(bins)
 }
 
+/// Examples per task: `$NAME` when set, else `default` (`quick` runs take 2).
+fn per_task(name: &str, quick: bool, default: usize) -> usize {
+    match std::env::var(name).ok().and_then(|s| s.parse().ok()) {
+        Some(n) => n,
+        None if quick => 2,
+        None => default,
+    }
+}
+
+/// Path of the large evaluation set (300 prompts per task, its own seed, nothing shared with the
+/// validation split the search tunes on).
+fn eval_set() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/eval_large.jsonl")
+}
+
+/// Canvas of the MoE dLLM's shipped decoding (`models/tiny-llada-moe/generation_config.json`).
+const MOE_CANVAS: usize = 16;
+
+/// The searched settings judged on the MoE dLLM (chosen on tiny-llada's validation split, not
+/// searched again here), same virtual NPU and evaluation prompts.
+fn moe_section(searched: &crate::ablation_search::Search, base: &DecodeSettings, examples: &[TaskExample]) -> Result<Value> {
+    let per_task = examples.first().map_or(0, |f| examples.iter().filter(|e| e.task == f.task).count());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada-moe");
+    let m = load_model(&dir)?;
+    let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
+    let tok = m.tokenizer;
+    // Prompts in the MoE model's own chat template.
+    let examples: Vec<TaskExample> =
+        examples.iter().map(|e| TaskExample { prompt: e.prompt_for(&m.template), ..e.clone() }).collect();
+    let examples = examples.as_slice();
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), record_trace: false, ..VnpuConfig::default() };
+    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
+    let mut backend = RecordingBackend::new(Box::new(npu));
+    // The MoE model was trained on 16-token answers (its generation_config: 16 tokens, one block,
+    // 16 steps; on the suite's 32-token canvas it rarely ends its answer): its own canvas, with
+    // the searched block length, acceptance and revision.
+    let canvas = |s: &DecodeSettings| DecodeSettings {
+        gen_length: MOE_CANVAS,
+        steps: MOE_CANVAS,
+        speculative: s.speculative.clone().map(|sp| SpeculativeSettings { max_lookahead: sp.max_lookahead.min(MOE_CANVAS), ..sp }),
+        ..s.clone()
+    };
+    let prefix = DecodeSettings { cache: CacheMode::Prefix, block_length: MOE_CANVAS, ..canvas(base) };
+    let variants = [
+        Variant { name: "prefix_cache".into(), settings: prefix, npu_loop: false },
+        Variant { name: "searched_control".into(), settings: canvas(&searched.control), npu_loop: false },
+        Variant { name: "spec_searched".into(), settings: canvas(&searched.speculative), npu_loop: true },
+        Variant { name: "spec_searched_revision".into(), settings: canvas(&searched.spec_revision), npu_loop: true },
+    ];
+    let mut rows = serde_json::Map::new();
+    let mut correct = Vec::new();
+    let mut sim = Vec::new();
+    for v in &variants {
+        eprintln!("[ablation] tiny-llada-moe {} on {} examples", v.name, examples.len());
+        let (r, x) = run_variant(&mut backend, &tok, examples, v, &stop)?;
+        let mut row = r.to_json();
+        row["accuracy_ci95"] = json!(r.accuracy_ci95());
+        row["sim_8b_sm8750_s"] = json!(x.vnpu_sim_s);
+        row["revisions"] = json!(x.revisions);
+        row["revisions_fixed_broke_neutral"] = json!([x.revision_fixed, x.revision_broke, x.revision_neutral]);
+        row["cpu_path_forwards"] = json!(x.cpu_forwards);
+        rows.insert(v.name.clone(), row);
+        sim.push(x.vnpu_sim_s);
+        correct.push(x.correct);
+    }
+    Ok(json!({
+        "model": "tiny-llada-moe",
+        "timing": "virtual NPU SM8750 timed_as LLaDA-8B (dense shapes: the MoE model's own math, charged as the dense 8B)",
+        "examples": examples.len(),
+        "examples_per_task": per_task,
+        "canvas": format!("{MOE_CANVAS} tokens, {MOE_CANVAS} steps (the model's generation_config); prefix_cache in one block, the others with the searched block, speculation and revision"),
+        "variants": rows,
+        "speculation_loss": paired_points(&correct[2], &correct[1]),
+        "revision_recovery": paired_points(&correct[2], &correct[3]),
+        "spec_revision_vs_prefix_cache": paired_points(&correct[0], &correct[3]),
+        "sim_latency_ratio_spec_revision_vs_prefix_cache": sim[3] / sim[0],
+    }))
+}
+
 pub fn run(quick: bool) -> Result<Value> {
-    let per_task = if quick { 2 } else { 10 };
+    let per_task_eval = per_task("UNMASK_ABLATION_PER_TASK", quick, 300);
+    let per_task_val = per_task("UNMASK_ABLATION_VAL_PER_TASK", quick, 50);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada");
     let m = load_model(&dir)?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
     let tok = m.tokenizer;
-    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), record_trace: false, ..VnpuConfig::default() };
     let transformer = Arc::new(m.transformer);
     let npu = VirtualNpu::new(Arc::clone(&transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
     let mut backend = RecordingBackend::new(Box::new(npu));
-    let examples = tasks::load(&tasks::test_split(), per_task)?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
+    let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };
+    // Settings where the question can be answered, chosen on the validation split only.
+    let val = tasks::load(&tasks::val_split(), per_task_val)?;
+    let searched = crate::ablation_search::search(&mut backend, &tok, &val, &prefix, &stop)?;
+    let examples = tasks::load(&eval_set(), per_task_eval)?;
+    let mut all = variants(&base);
+    all.push(Variant { name: "searched_control".into(), settings: searched.control.clone(), npu_loop: false });
+    all.push(Variant { name: "spec_searched".into(), settings: searched.speculative.clone(), npu_loop: true });
+    all.push(Variant { name: "spec_searched_revision".into(), settings: searched.spec_revision.clone(), npu_loop: true });
     let mut results = Vec::new();
-    for v in variants(&base) {
+    for v in all {
         eprintln!("[ablation] tiny-llada {} on {} examples", v.name, examples.len());
         let (r, x) = run_variant(&mut backend, &tok, &examples, &v, &stop)?;
         let replays = REPLAY_DEVICES
@@ -216,9 +327,11 @@ pub fn run(quick: bool) -> Result<Value> {
         results.push((v.name, r, x, replays));
     }
     eprintln!("[ablation] host wall time (CPU backend, dense path on one core, CPU path on the other)");
-    let host_wall = crate::ablation_wall::measure(&transformer, &tok, &examples, &base, &stop)?;
-    let find = |n: &str| results.iter().position(|(name, ..)| *name == n).unwrap_or(0);
-    let (reference, prefix, spec, rev, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("revision"), find("spec_revision"));
+    // Wall-time ratios need fewer prompts than accuracy: the first ones of each task.
+    let wall_examples = tasks::load(&eval_set(), per_task("UNMASK_ABLATION_WALL_PER_TASK", quick, 50).min(per_task_eval))?;
+    let host_wall = crate::ablation_wall::measure(&transformer, &tok, &wall_examples, &base, &searched.spec_revision, &stop)?;
+    let find = |n: &str| results.iter().position(|(name, ..)| name == n).unwrap_or(0);
+    let (reference, prefix, spec, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("spec_revision"));
     let both_lockstep = find("spec_revision_lockstep");
     let mut rows = serde_json::Map::new();
     // The loop's own simulated clock on the 8B-timed virtual SM8750 is the headline; the replays
@@ -247,43 +360,78 @@ pub fn run(quick: bool) -> Result<Value> {
         }
         v["revisions_fixed_broke_neutral"] = json!([x.revision_fixed, x.revision_broke, x.revision_neutral]);
         v["token_agreement_vs_reference"] = json!(token_agreement(&results[reference].1, r));
-        rows.insert((*name).to_owned(), v);
+        rows.insert(name.clone(), v);
     }
     let acc = |i: usize| results[i].1.accuracy();
     let ci = |i: usize| results[i].1.accuracy_ci95();
     let fixed_broke = |i: usize| (results[i].2.revision_fixed, results[i].2.revision_broke);
+    let (control, s_spec, s_both) = (find("searched_control"), find("spec_searched"), find("spec_searched_revision"));
+    let fw_ratio = |i: usize| results[i].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64;
+    let correct = |i: usize| &results[i].2.correct;
+    let spec_loss = paired_points(correct(s_spec), correct(control));
+    let recovery = paired_points(correct(s_spec), correct(s_both));
+    let gap_to_reference = paired_points(correct(reference), correct(s_both));
+    let points = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    // The question, answered on the evaluation set with the settings the search chose.
+    let goal_met = points(&spec_loss, "points") >= 2.0
+        && points(&gap_to_reference, "points").abs() <= 0.5
+        && fw_ratio(s_both) <= 0.8
+        && sim8b(s_both) / sim8b(prefix) <= 0.85;
+    eprintln!("[ablation] the searched settings on tiny-llada-moe");
+    let moe_examples = tasks::load(&eval_set(), per_task("UNMASK_ABLATION_MOE_PER_TASK", quick, 100).min(per_task_eval))?;
+    let moe = moe_section(&searched, &base, &moe_examples)?;
     let buckets = backend.cost_profile().map(|c| c.token_buckets);
     Ok(json!({
         "headline": {
             "accuracy_reference": acc(reference),
-            "accuracy_prefix_cache": acc(prefix),
-            "accuracy_speculative": acc(spec),
-            "accuracy_revision": acc(rev),
-            "accuracy_spec_revision": acc(both),
-            "forwards_ratio": results[both].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
-            "sim_latency_ratio": sim8b(both) / sim8b(prefix),
-            "sim_latency_ratio_speculative": sim8b(spec) / sim8b(prefix),
-            "sim_latency_ratio_lockstep_cpu_path": sim8b(both_lockstep) / sim8b(prefix),
-            "accuracy_spec_revision_lockstep": acc(both_lockstep),
             "accuracy_reference_ci95": ci(reference),
-            "accuracy_speculative_ci95": ci(spec),
-            "accuracy_spec_revision_ci95": ci(both),
-            "accuracy_spec_aggressive": acc(find("spec_aggressive")),
-            "accuracy_spec_aggressive_ci95": ci(find("spec_aggressive")),
-            "accuracy_spec_aggressive_revision": acc(find("spec_aggressive_revision")),
-            "accuracy_spec_aggressive_revision_eager": acc(find("spec_aggressive_revision_eager")),
-            "revisions_fixed": fixed_broke(find("spec_aggressive_revision_eager")).0,
-            "revisions_harmed": fixed_broke(find("spec_aggressive_revision_eager")).1,
-            "forwards_ratio_spec_aggressive_revision_eager": results[find("spec_aggressive_revision_eager")].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64,
-            "host_wall_ratio_spec_revision": host_wall["host_wall_ratio_spec_revision"],
+            "accuracy_prefix_cache": acc(prefix),
+            "accuracy_searched_control": acc(control),
+            "accuracy_speculative": acc(s_spec),
+            "accuracy_speculative_ci95": ci(s_spec),
+            "accuracy_spec_revision": acc(s_both),
+            "accuracy_spec_revision_ci95": ci(s_both),
+            "speculation_loss_points": spec_loss["points"],
+            "speculation_loss_points_ci95": spec_loss["ci95_points"],
+            "revision_recovery_points": recovery["points"],
+            "revision_recovery_points_ci95": recovery["ci95_points"],
+            "revisions": results[s_both].2.revisions,
+            "revisions_fixed": fixed_broke(s_both).0,
+            "revisions_harmed": fixed_broke(s_both).1,
+            "forwards_ratio": fw_ratio(s_both),
+            "sim_latency_ratio": sim8b(s_both) / sim8b(prefix),
+            "goal_met": goal_met,
+            "host_wall_ratio_spec_revision": host_wall["host_wall_ratio_spec_searched_revision"],
+            "host_wall_ratio_spec_revision_default": host_wall["host_wall_ratio_spec_revision"],
             "host_wall_ratio_spec_revision_lockstep": host_wall["host_wall_ratio_spec_revision_lockstep"],
+            "moe_speculation_loss_points": moe["speculation_loss"]["points"],
+            "moe_revision_recovery_points": moe["revision_recovery"]["points"],
+            "accuracy_speculative_default": acc(spec),
+            "accuracy_spec_revision_default": acc(both),
+            "forwards_ratio_default": fw_ratio(both),
+            "sim_latency_ratio_default": sim8b(both) / sim8b(prefix),
+            "sim_latency_ratio_speculative_default": sim8b(spec) / sim8b(prefix),
+            "sim_latency_ratio_lockstep_cpu_path": sim8b(both_lockstep) / sim8b(prefix),
+            "accuracy_spec_aggressive": acc(find("spec_aggressive")),
         },
+        "paired": {
+            "note": "paired over the same evaluation prompts: points = 100 x mean per-prompt difference (second minus first), 95 % normal interval",
+            "spec_searched_vs_searched_control": paired_points(correct(control), correct(s_spec)),
+            "spec_searched_revision_vs_spec_searched": recovery,
+            "spec_searched_revision_vs_reference": gap_to_reference,
+            "spec_searched_vs_reference": paired_points(correct(reference), correct(s_spec)),
+            "speculative_vs_prefix_cache": paired_points(correct(prefix), correct(spec)),
+            "spec_revision_vs_speculative": paired_points(correct(spec), correct(both)),
+        },
+        "moe": moe,
         "host_wall": host_wall,
         "settings": base,
         "speculative": SpeculativeSettings::default(),
         "token_buckets": buckets,
         "revision": RevisionSettings::default(),
-        "examples_per_task": per_task,
+        "examples_per_task": per_task_eval,
+        "eval_set": "models/data/eval_large.jsonl",
+        "search": searched.json,
         "variants": rows,
         "confidence_calibration_prefix_cache": calibration(&results[prefix].2.calibration),
         "replay": {

@@ -5,7 +5,8 @@
 //!
 //! Variants: prefix-cache decoding (the baseline, dense path alone), speculative + revision with
 //! the threaded CPU path (the dense path never waits; the last job drained), and the same with the
-//! CPU path in lockstep (every step waits for its job).
+//! CPU path in lockstep (every step waits for its job), and the settings the ablation's search
+//! chose with the threaded CPU path.
 
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ struct WallVariant {
     settings: DecodeSettings,
 }
 
-fn wall_variants(base: &DecodeSettings) -> Vec<WallVariant> {
+fn wall_variants(base: &DecodeSettings, searched: &DecodeSettings) -> Vec<WallVariant> {
     let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };
     let rev = |schedule| RevisionSettings { schedule, at_end: CpuPathEnd::Drain, ..Default::default() };
     let spec = Some(SpeculativeSettings::default());
@@ -42,6 +43,14 @@ fn wall_variants(base: &DecodeSettings) -> Vec<WallVariant> {
         WallVariant {
             name: "spec_revision_lockstep",
             settings: DecodeSettings { speculative: spec, revision: Some(rev(CpuPathSchedule::Lockstep)), ..prefix },
+        },
+        // The ablation's searched point, its CPU path on the other core.
+        WallVariant {
+            name: "spec_searched_revision_threaded",
+            settings: DecodeSettings {
+                revision: searched.revision.clone().map(|r| RevisionSettings { schedule: CpuPathSchedule::Threaded, ..r }),
+                ..searched.clone()
+            },
         },
     ]
 }
@@ -66,9 +75,10 @@ pub fn measure(
     tok: &TextTokenizer,
     examples: &[TaskExample],
     base: &DecodeSettings,
+    searched: &DecodeSettings,
     stop: &[u32],
 ) -> Result<Value> {
-    let variants = wall_variants(base);
+    let variants = wall_variants(base, searched);
     let mut totals: Vec<WallTotals> = variants.iter().map(|_| WallTotals::default()).collect();
     // The dense path's kernels run on one core; the threaded CPU path builds its own one-thread pool.
     let dense_pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
@@ -126,5 +136,6 @@ pub fn measure(
         "variants": rows,
         "host_wall_ratio_spec_revision": totals[1].wall_s / baseline,
         "host_wall_ratio_spec_revision_lockstep": totals[2].wall_s / baseline,
+        "host_wall_ratio_spec_searched_revision": totals[3].wall_s / baseline,
     }))
 }

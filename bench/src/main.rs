@@ -2,6 +2,7 @@
 //! with a top-level `headline` object holding its key figures.
 
 mod ablation;
+mod ablation_search;
 mod ablation_wall;
 mod decoding;
 mod forward;
