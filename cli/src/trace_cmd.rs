@@ -134,7 +134,7 @@ mod tests {
         let t = measured_timeline("cpu", &[frame(0, 0.002), frame(1, 0.003)]);
         assert_eq!(t.events.len(), 2);
         assert!((t.events[1].start_sim - 0.002).abs() < 1e-12);
-        let doc = measured_doc(&t, 7);
+        let doc = measured_doc(&t, 7, Some("decode steps"));
         let ev = doc["traceEvents"].as_array().unwrap();
         let slices: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
         assert_eq!(slices.len(), 2);
