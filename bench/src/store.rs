@@ -34,6 +34,7 @@ fn synthetic_frame(i: usize) -> StepFrame {
                 state: TokenState::Visible,
                 speculative: false,
                 revised: false,
+                rejected_draft: None,
             })
             .collect(),
         step_wall_s: 0.004,

@@ -1,7 +1,9 @@
 //! Live denoising canvas in the terminal: redrawn after every step. Masked positions show as `▒`,
 //! visible (revisable) tokens in yellow, stable tokens coloured by confidence (green ≥ 0.9,
 //! default ≥ 0.5, red below), speculative drafts of later blocks dim and underlined, revised
-//! tokens bold.
+//! tokens bold. Speculative AR decoding (`--draft`): accepted drafts cyan, and a draft the target
+//! refused struck through in red before the token the target wrote instead (`~draft~` without
+//! colour).
 
 use std::io::Write;
 
@@ -17,6 +19,7 @@ pub struct LiveCanvas<'a> {
     conf: Vec<f32>,
     speculative: Vec<bool>,
     revised: Vec<bool>,
+    rejected_draft: Vec<Option<u32>>,
     special: Vec<u32>,
     lines_drawn: usize,
     width: usize,
@@ -35,6 +38,7 @@ impl<'a> LiveCanvas<'a> {
             conf: vec![0.0; gen_length],
             speculative: vec![false; gen_length],
             revised: vec![false; gen_length],
+            rejected_draft: vec![None; gen_length],
             special,
             lines_drawn: 0,
             width,
@@ -54,6 +58,7 @@ impl<'a> LiveCanvas<'a> {
             self.conf[i] = c.confidence;
             self.speculative[i] = c.speculative;
             self.revised[i] |= c.revised;
+            self.rejected_draft[i] = c.rejected_draft;
         }
     }
 
@@ -76,6 +81,7 @@ impl<'a> LiveCanvas<'a> {
             TokenState::Masked => "\x1b[2m",
             TokenState::Visible => "\x1b[33m",
             TokenState::Stable if self.revised[i] => "\x1b[1m",
+            TokenState::Stable if self.speculative[i] => "\x1b[36m",
             TokenState::Stable if self.conf[i] >= 0.9 => "\x1b[32m",
             TokenState::Stable if self.conf[i] >= 0.5 => "",
             TokenState::Stable => "\x1b[31m",
@@ -107,13 +113,23 @@ impl<'a> LiveCanvas<'a> {
         let mut col = 0usize;
         for i in 0..self.tokens.len() {
             let text = self.cell_text(i);
-            let w = text.chars().count();
+            let refused = self.rejected_draft[i].map(|t| {
+                if self.special.contains(&t) { "·".into() } else { self.tokenizer.token_text(t).replace('\n', "↵") }
+            });
+            let w = text.chars().count() + refused.as_ref().map_or(0, |r| r.chars().count() + if self.color { 0 } else { 2 });
             if col + w > self.width && col > 0 {
                 lines.push(String::new());
                 col = 0;
             }
             let style = self.style(i);
             let line = lines.last_mut().expect("lines is never empty");
+            if let Some(r) = &refused {
+                if self.color {
+                    line.push_str(&format!("\x1b[9;31m{r}\x1b[0m"));
+                } else {
+                    line.push_str(&format!("~{r}~"));
+                }
+            }
             if style.is_empty() {
                 line.push_str(&text);
             } else {

@@ -87,6 +87,19 @@ fn live_canvas_redraws_in_a_terminal() {
 }
 
 #[test]
+fn a_draft_models_accepted_and_refused_tokens_are_drawn() {
+    let env = Env::new();
+    let args = ["generate", "Continue: the old man and the", "-m", "tiny-ar", "--draft", "tiny-draft", "--no-record"];
+    let (status, out) = run_in_pty(&env, &args, b"");
+    assert!(status.success(), "{out}");
+    let v = env.json(&["generate", "Continue: the old man and the", "-m", "tiny-ar", "--draft", "tiny-draft", "--no-record", "--json"]);
+    let (accepted, judged) = (v["speculation"]["accepted"].as_u64().unwrap(), v["speculation"]["offered"].as_u64().unwrap());
+    // Accepted drafts in cyan; a refused draft struck through in red before the target's token.
+    assert_eq!(out.contains("\x1b[36m"), accepted > 0, "accepted drafts: {out:?}");
+    assert_eq!(out.contains("\x1b[9;31m"), judged > accepted, "refused drafts: {out:?}");
+}
+
+#[test]
 fn no_canvas_on_a_pipe_or_with_no_live() {
     let env = Env::new();
     let mut args = vec!["generate", "What is 2+3?", "--no-record"];

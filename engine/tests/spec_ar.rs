@@ -93,6 +93,18 @@ fn greedy_output_is_the_targets_under_every_schedule() {
                 // Every committed token is in exactly one frame, in order.
                 let streamed: Vec<u32> = frames.iter().flat_map(|f| f.changes.iter().map(|c| c.token)).collect();
                 assert_eq!(streamed, out.tokens);
+                // Each refusal marks the target's token that replaced the draft: the last change
+                // of its round, never an accepted draft, never equal to what it replaced. Only
+                // a stop inside the last round can drop its mark.
+                let refused = frames.iter().flat_map(|f| &f.changes).filter(|c| c.rejected_draft.is_some()).count();
+                assert!(refused <= stats.rejections && refused + 1 >= stats.rejections, "{refused} marks, {stats:?}");
+                for f in &frames {
+                    for (i, c) in f.changes.iter().enumerate() {
+                        if c.rejected_draft.is_some() {
+                            assert!(i + 1 == f.changes.len() && !c.speculative && c.rejected_draft != Some(c.token), "{f:?}");
+                        }
+                    }
+                }
                 total.offered += stats.offered;
                 total.accepted += stats.accepted;
                 total.rejections += stats.rejections;
@@ -111,8 +123,9 @@ fn a_draft_identical_to_the_target_is_always_accepted() {
     let s = greedy(40);
     for schedule in [SpecSchedule::Sync, SpecSchedule::Async] {
         let spec = SpecArSettings { schedule, draft_len: 4, history_control: false, time_control: false, ..Default::default() };
-        let (out, stats, _) = speculate(&mut target, &mut draft, &p, &s, &spec);
+        let (out, stats, frames) = speculate(&mut target, &mut draft, &p, &s, &spec);
         assert_eq!(stats.rejections, 0, "{schedule}: {stats:?}");
+        assert!(frames.iter().flat_map(|f| &f.changes).all(|c| c.rejected_draft.is_none()));
         assert_eq!(stats.accepted, stats.offered);
         if schedule == SpecSchedule::Sync && out.tokens.len() > 10 {
             // 4 drafts + a bonus token per verification.

@@ -43,6 +43,9 @@ pub struct TokenView {
     pub confidence: f32,
     pub speculative: bool,
     pub revised: bool,
+    /// Speculative AR decoding: the text of the draft the target refused at this position
+    /// (`text` is what the target wrote instead).
+    pub rejected_draft: Option<String>,
     /// The token is one of the run's stop ids (end of text, end of turn, padding): the answer
     /// ends at the first such position, and what follows it is padding, not answer.
     pub end: bool,

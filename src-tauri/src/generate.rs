@@ -381,6 +381,7 @@ pub fn frame_delta(f: &StepFrame, text: &dyn Fn(u32) -> String, stop: &[u32]) ->
                     confidence: c.confidence,
                     speculative: c.speculative,
                     revised: c.revised,
+                    rejected_draft: c.rejected_draft.map(text),
                     end: !masked && stop.contains(&c.token),
                 }
             })

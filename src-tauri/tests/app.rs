@@ -475,10 +475,22 @@ async fn a_draft_model_speeds_an_autoregressive_model_without_changing_its_answe
     // Accepted drafts reach the live view marked as drafts.
     let marked = frames_of(&events).iter().flat_map(|f| f.changes.clone()).filter(|t| t.speculative).count() as u64;
     assert_eq!(marked, sp.accepted, "one mark per accepted draft");
+    // Refused drafts reach it too, with their text, beside the token the target wrote instead;
+    // the stored run replays the same marks.
+    let refused = |frames: &[FrameDelta]| -> Vec<(u32, String, String)> {
+        let changes = frames.iter().flat_map(|f| f.changes.iter());
+        changes.filter_map(|t| t.rejected_draft.clone().map(|d| (t.pos, d, t.text.clone()))).collect()
+    };
+    let live = refused(&frames_of(&events));
+    // At most one refusal per verification (the drafts after it are never judged).
+    assert!(live.len() as u64 <= sp.rejected.min(sp.verify_forwards), "{live:?} vs {sp:?}");
+    assert!(sp.rejected == 0 || !live.is_empty(), "{sp:?}");
+    assert!(live.iter().all(|(_, draft, wrote)| draft != wrote), "{live:?}");
     // The stored run shows the same counters, and its profiler timeline the two tasks: a Drafter
     // lane with one slice per draft, a Verifier lane with one per verification, the queue depth.
     let detail = state.get_run(spec.id).await.expect("run");
     assert_eq!(detail.summary.speculation, Some(sp.clone()));
+    assert_eq!(refused(&detail.frames), live, "the replay shows the refusals the live view showed");
     let tl = detail.timeline.expect("a measured timeline");
     assert!(!tl.simulated);
     let lanes: Vec<&str> = tl.lanes.iter().map(|l| l.label.as_str()).collect();

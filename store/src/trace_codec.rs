@@ -82,7 +82,11 @@ fn encode_frame(out: &mut Vec<u8>, f: &StepFrame) {
             TokenState::Visible => 1,
             TokenState::Stable => 2,
         };
-        out.push(state | (c.speculative as u8) << 2 | (c.revised as u8) << 3);
+        let rejected = c.rejected_draft.is_some() as u8;
+        out.push(state | (c.speculative as u8) << 2 | (c.revised as u8) << 3 | rejected << 4);
+        if let Some(t) = c.rejected_draft {
+            put_varint(out, t as u64);
+        }
     }
 }
 
@@ -118,9 +122,14 @@ fn decode_frame(r: &mut Reader) -> Result<StepFrame> {
             2 => TokenState::Stable,
             _ => return Err(StoreError::corrupt("trace chunk", "bad token state")),
         };
-        if flags >> 4 != 0 {
+        if flags >> 5 != 0 {
             return Err(StoreError::corrupt("trace chunk", "unknown change flags"));
         }
+        let rejected_draft = if flags & 16 != 0 {
+            Some(u32::try_from(r.varint()?).map_err(|_| StoreError::corrupt("trace chunk", "draft token id > u32"))?)
+        } else {
+            None
+        };
         changes.push(TokenChange {
             pos: pos as usize,
             token,
@@ -128,6 +137,7 @@ fn decode_frame(r: &mut Reader) -> Result<StepFrame> {
             state,
             speculative: flags & 4 != 0,
             revised: flags & 8 != 0,
+            rejected_draft,
         });
     }
     Ok(StepFrame { step, block, forward_tokens, changes, step_wall_s, simulated_s, committed_total })
@@ -195,16 +205,24 @@ mod tests {
     use proptest::prelude::*;
 
     fn change() -> impl Strategy<Value = TokenChange> {
-        (0usize..1 << 20, any::<u32>(), any::<f32>(), 0u8..3, any::<bool>(), any::<bool>()).prop_map(
-            |(pos, token, confidence, s, speculative, revised)| TokenChange {
+        (
+            0usize..1 << 20,
+            any::<u32>(),
+            any::<f32>(),
+            0u8..3,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of(any::<u32>()),
+        )
+            .prop_map(|(pos, token, confidence, s, speculative, revised, rejected_draft)| TokenChange {
                 pos,
                 token,
                 confidence,
                 state: [TokenState::Masked, TokenState::Visible, TokenState::Stable][s as usize],
                 speculative,
                 revised,
-            },
-        )
+                rejected_draft,
+            })
     }
 
     fn frame() -> impl Strategy<Value = StepFrame> {
@@ -240,6 +258,7 @@ mod tests {
                             && c.state == d.state
                             && c.speculative == d.speculative
                             && c.revised == d.revised
+                            && c.rejected_draft == d.rejected_draft
                     })
             })
     }
@@ -271,6 +290,7 @@ mod tests {
                 state: TokenState::Visible,
                 speculative: false,
                 revised: true,
+                rejected_draft: None,
             }],
             step_wall_s: 0.01,
             simulated_s: Some(0.002),

@@ -105,7 +105,7 @@ impl Canvas {
         self.states[pos] = state;
         self.commit_step[pos] = Some(step);
         self.confidence[pos] = confidence;
-        TokenChange { pos, token, confidence, state, speculative: false, revised }
+        TokenChange { pos, token, confidence, state, speculative: false, revised, rejected_draft: None }
     }
 
     /// Applies a streamed change (replaying frames rebuilds the canvas).

@@ -26,6 +26,10 @@ pub struct TokenChange {
     pub speculative: bool,
     /// The position already held a committed token (a revision).
     pub revised: bool,
+    /// Speculative AR decoding: the draft model proposed this token here and the target
+    /// refused it (`token` is the target's own choice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected_draft: Option<u32>,
 }
 
 /// What one denoising step did: deltas only, never the whole canvas.

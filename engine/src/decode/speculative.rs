@@ -92,6 +92,7 @@ impl DraftBook {
             state: TokenState::Masked,
             speculative: true,
             revised: false,
+            rejected_draft: None,
         }
     }
 

@@ -14,6 +14,7 @@ pub fn frame(seed: u64, i: usize) -> StepFrame {
             state: if k % 3 == 0 { TokenState::Stable } else { TokenState::Visible },
             speculative: false,
             revised: k == 2,
+            rejected_draft: (k == 1 && i % 5 == 0).then_some(7),
         })
         .collect();
     StepFrame {

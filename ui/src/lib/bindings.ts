@@ -470,6 +470,11 @@ export type TokenView = {
 	speculative: boolean,
 	revised: boolean,
 	/**
+	 *  Speculative AR decoding: the text of the draft the target refused at this position
+	 *  (`text` is what the target wrote instead).
+	 */
+	rejectedDraft: string | null,
+	/**
 	 *  The token is one of the run's stop ids (end of text, end of turn, padding): the answer
 	 *  ends at the first such position, and what follows it is padding, not answer.
 	 */

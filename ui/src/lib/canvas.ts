@@ -10,6 +10,8 @@ export type Slot = {
   confidence: number | null;
   speculative: boolean;
   revised: boolean;
+  /** Speculative AR decoding: text of the draft the target refused here (null: none). */
+  rejectedDraft: string | null;
   /** Step that last changed this position (null before any change). */
   changedStep: number | null;
   /** How many times this position changed; > 1 means it was rewritten. */
@@ -36,7 +38,7 @@ export type CanvasState = {
 
 function maskSlot(pos: number): Slot {
   return { pos, token: null, text: "", state: "masked", confidence: null, speculative: false, revised: false,
-    changedStep: null, changes: 0, end: false, committedAtS: null, committedAtSimulatedS: null };
+    rejectedDraft: null, changedStep: null, changes: 0, end: false, committedAtS: null, committedAtSimulatedS: null };
 }
 
 /**
@@ -68,6 +70,7 @@ function applyChange(slots: Slot[], start: number, c: TokenView, step: number, w
     confidence: masked ? null : c.confidence,
     speculative: c.speculative,
     revised: c.revised || (prev.revised && !masked),
+    rejectedDraft: masked ? null : c.rejectedDraft ?? null,
     changedStep: step,
     changes: prev.changes + 1,
     end: !masked && c.end === true,
@@ -151,6 +154,11 @@ export function firstAnswerToken(state: CanvasState): { wallS: number; simulated
     if (best === null || s.committedAtS < best.wallS) best = { wallS: s.committedAtS, simulatedS: s.committedAtSimulatedS ?? 0 };
   }
   return best;
+}
+
+/** Answer positions where the target refused the draft model's token (speculative AR decoding). */
+export function rejectedDraftCount(state: CanvasState): number {
+  return splitAtEnd(state).answer.filter((s) => s.rejectedDraft !== null).length;
 }
 
 /** Counts per state of the answer positions (the end and padding left out), for the legend. */

@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
 import {
   answerTokenCount, applyFrames, canvasAtStep, canvasText, emptyCanvas, firstAnswerToken, readableAnswer, splitAtEnd,
-  stateCounts,
+  rejectedDraftCount, stateCounts,
 } from "../../src/lib/canvas";
 import type { FrameDelta, TokenView } from "../../src/lib/bindings";
 import { loadFixtures } from "../fixtures";
 
 const tv = (pos: number, text: string, state: TokenView["state"], extra: Partial<TokenView> = {}): TokenView => ({
-  pos, token: 100 + pos, text, state, confidence: 0.8, speculative: false, revised: false, end: false, ...extra,
+  pos, token: 100 + pos, text, state, confidence: 0.8, speculative: false, revised: false, rejectedDraft: null, end: false, ...extra,
 });
 const frame = (step: number, changes: TokenView[], committedTotal: number): FrameDelta => ({
   step, block: [3, 7], forwardTokens: 7, changes, stepWallS: 0.01, simulatedS: step % 2 ? 0.002 : null, committedTotal,
@@ -41,6 +41,23 @@ describe("canvas delta application", () => {
     expect(c.slots[2]).toMatchObject({ state: "stable", revised: true, speculative: false, changes: 3 });
     expect(c.slots[0].revised).toBe(false);
     expect(canvasText(c)).toBe(" a c");
+  });
+
+  it("keeps the draft a model refused beside the token it wrote instead", () => {
+    let c = emptyCanvas(3, 7);
+    c = applyFrames(c, [frame(0, [tv(3, " the", "stable", { speculative: true }), tv(4, " sea", "stable", { rejectedDraft: " sky" })], 2)]);
+    expect(c.slots[0]).toMatchObject({ speculative: true, rejectedDraft: null });
+    expect(c.slots[1]).toMatchObject({ text: " sea", rejectedDraft: " sky" });
+    expect(rejectedDraftCount(c)).toBe(1);
+    expect(canvasText(c)).toBe(" the sea");
+    // A frame recorded before the field existed reads as no refusal.
+    const old = { ...tv(5, ".", "stable") } as Partial<TokenView>;
+    delete old.rejectedDraft;
+    c = applyFrames(c, [frame(1, [old as TokenView], 3)]);
+    expect(c.slots[2].rejectedDraft).toBeNull();
+    // Past the end of the answer nothing counts.
+    c = applyFrames(c, [frame(2, [tv(5, "<eot>", "stable", { end: true, rejectedDraft: "!" })], 3)]);
+    expect(rejectedDraftCount(c)).toBe(1);
   });
 
   it("ignores prompt positions and grows for positions past the end", () => {

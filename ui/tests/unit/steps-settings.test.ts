@@ -3,7 +3,7 @@ import type { FrameDelta, SettingInfo } from "../../src/lib/bindings";
 import { stepSummaries, stepTotals } from "../../src/lib/steps";
 
 const tok = (pos: number, state: "masked" | "visible" | "stable", revised = false) => ({
-  pos, token: 1, text: "x", state, confidence: 0.5, speculative: false, revised, end: false,
+  pos, token: 1, text: "x", state, confidence: 0.5, speculative: false, revised, rejectedDraft: null, end: false,
 });
 
 describe("per-step summaries", () => {

@@ -326,6 +326,8 @@ impl RunState {
             let mut change = self.canvas.commit(pos, t, conf, self.steps, TokenState::Stable);
             // Marks a token that came from the draft (accepted) for the live view.
             change.speculative = i < v.accepted;
+            // The token written where the draft was refused carries that draft.
+            change.rejected_draft = v.rejected_draft.filter(|_| i == v.accepted);
             changes.push(change);
             self.tokens.push(t);
             if self.stop_ids.contains(&t) {

@@ -182,6 +182,8 @@ pub struct Verified {
     pub emitted: Vec<u32>,
     /// Probability of each emitted token under the target.
     pub confidence: Vec<f32>,
+    /// The draft the verifier refused (its position's emitted token replaced it), if any.
+    pub rejected_draft: Option<u32>,
     /// Tokens in the target forward.
     pub forward_tokens: usize,
     pub wall_s: f64,
@@ -289,6 +291,7 @@ impl<'a> Verifier<'a> {
                     v.emitted.push(t);
                     v.confidence.push(conf(&dists[i], t));
                     rejected = Some(i);
+                    v.rejected_draft = Some(d.token);
                     break;
                 }
             }
