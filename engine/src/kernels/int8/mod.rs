@@ -294,6 +294,34 @@ mod tests {
             }
         }
 
+        /// Panels of 16 KiB and more (k >= 1024), where the VNNI kernel prefetches ahead and the
+        /// next panel pair into L2: exact with unit scales, to rounding with random scales.
+        #[test]
+        fn big_panels_match_reference(m in 1usize..40, n in 1usize..70, extra in 0usize..600, per_row in any::<bool>(), nib in any::<bool>(), seed in 0u64..1000) {
+            let k = 1024 + extra;
+            let group = if per_row { ScaleGroup::PerRow } else { ScaleGroup::Block32 };
+            let kp = k.div_ceil(32) * 32;
+            let ng = if per_row { 1 } else { kp / 32 };
+            let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| if nib { (v as i32).rem_euclid(16) as i8 - 8 } else { v }).collect();
+            let qx = pad(&codes(m * k, seed + 3), m, k, kp);
+            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
+            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            for unit in [true, false] {
+                let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
+                let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
+                let w = if nib { w8.into_nibbles().ok().expect("codes are in [-8, 7]") } else { w8 };
+                let mut want = vec![0.0f32; m * n];
+                reference_gemm(&qx, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
+                let tol = if unit { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
+                for isa in isas(&w) {
+                    let got = run(isa, &w, &qx, &sx, m);
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= tol, "{:?} unit={}: {} vs {}", isa, unit, a, b);
+                    }
+                }
+            }
+        }
+
         /// 4-bit codes read directly (VNNI, AVX2, scalar): exact integer sums with unit scales, and
         /// the same outputs as the int8 form of the same weights with random scales.
         #[test]
