@@ -1,6 +1,8 @@
 //! Compact encoding of step traces: a chunk of consecutive [`StepFrame`]s as varint-packed
 //! deltas, deflate-compressed. Positions inside a frame are delta-coded, so a typical frame
-//! (a few changes) takes ~10 bytes per change before compression.
+//! (a few changes) takes ~10 bytes per change before compression. A change's flag byte holds its
+//! state (bits 0-1), speculative (2), revised (3) and refused draft (4: the draft's token follows
+//! as a varint); chunks written before bit 4 existed decode unchanged.
 
 use std::io::{Read, Write};
 
