@@ -238,6 +238,13 @@ mod tests {
         y
     }
 
+    /// Deterministic weight scales (`n_w`) and activation scales (`m`) from a seed.
+    fn random_scales(n_w: usize, m: usize, seed: u64) -> (Vec<f32>, Vec<f32>) {
+        let sw = (0..n_w).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
+        let sx = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+        (sw, sx)
+    }
+
     fn pad(q: &[i8], rows: usize, k: usize, kp: usize) -> Vec<i8> {
         let mut out = vec![0i8; rows * kp];
         for r in 0..rows {
@@ -277,8 +284,7 @@ mod tests {
             let ng = if per_row { 1 } else { kp / 32 };
             let qw = codes(n * k, seed);
             let qx = codes(m * k, seed + 5);
-            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
-            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            let (sw, sx) = random_scales(n * ng, m, seed);
             let qxp = pad(&qx, m, k, kp);
             for layout in LAYOUTS {
                 let w = packed(layout, n, k, group, &qw, &sw);
@@ -304,8 +310,7 @@ mod tests {
             let ng = if per_row { 1 } else { kp / 32 };
             let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| if nib { (v as i32).rem_euclid(16) as i8 - 8 } else { v }).collect();
             let qx = pad(&codes(m * k, seed + 3), m, k, kp);
-            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
-            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            let (sw, sx) = random_scales(n * ng, m, seed);
             for unit in [true, false] {
                 let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
                 let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
@@ -331,8 +336,7 @@ mod tests {
             let ng = if per_row { 1 } else { kp / 32 };
             let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| (v as i32).rem_euclid(16) as i8 - 8).collect();
             let qx = pad(&codes(m * k, seed + 2), m, k, kp);
-            let sw: Vec<f32> = (0..n * ng).map(|i| 0.001 + ((i as u64 * 31 + seed) % 17) as f32 * 0.003).collect();
-            let sx: Vec<f32> = (0..m).map(|i| 0.01 + ((i as u64 * 7 + seed) % 13) as f32 * 0.01).collect();
+            let (sw, sx) = random_scales(n * ng, m, seed);
             for unit in [true, false] {
                 let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
                 let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
