@@ -168,7 +168,7 @@ impl Linear {
             _ => Int8Weights::from_f32_rows(n, k, group, self.dtype(), |j, out| self.row_into(j, out)),
         };
         // Q4_0 under Auto keeps 4-bit codes where this CPU has a kernel reading them directly
-        // (0.625 instead of 1.125 bytes per weight); elsewhere it stays int8.
+        // (0.5625 instead of 1.0625 bytes per weight); elsewhere it stays int8.
         let simd4 = matches!(super::int8::Isa::detect(), super::int8::Isa::Avx2 | super::int8::Isa::Avx512Vnni);
         let packed = if choice == KernelChoice::Auto && packed.source == DType::Q4_0 && simd4 {
             packed.into_nibbles().unwrap_or_else(|int8| int8)

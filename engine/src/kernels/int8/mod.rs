@@ -44,7 +44,7 @@ mod reference;
 mod x86;
 
 pub use activations::{quantize_row_reference, quantize_row_with, vnni_offset, QuantizedRows, VNNI_TILE_ROWS};
-pub use format::{Int8Weights, Layout, ScaleGroup, PANEL};
+pub use format::{Int8Weights, Layout, ScaleGroup, WeightScales, PANEL};
 use reference::scalar_panels;
 pub use reference::{quantize_into, reference_gemm};
 
@@ -69,7 +69,10 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => is_x86_feature_detected!("avx2"),
+            // Every AVX2 CPU also has FMA and F16C (the kernel uses both); checked all the same.
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni => {
                 is_x86_feature_detected!("avx512f")
@@ -92,12 +95,22 @@ impl Isa {
         }
     }
 
-    /// Whether this ISA's kernel can run here on `w` (its layout, and 4-bit codes: x86 kernels
-    /// and scalar only).
+    /// Whether this ISA's kernel can run here on `w` (its layout; 4-bit codes: x86 kernels and
+    /// scalar only; f16 scales: scalar, AVX2, VNNI with scale groups).
     pub fn runs(self, w: &Int8Weights) -> bool {
         self.available()
             && self.layout().is_none_or(|l| l == w.layout)
             && (!w.nibbles || matches!(self, Isa::Scalar | Isa::Avx2 | Isa::Avx512Vnni))
+            && (!w.scales.is_f16() || self.widens_f16(w))
+    }
+
+    /// Whether this ISA's kernel reads `w`'s f16 scales.
+    fn widens_f16(self, w: &Int8Weights) -> bool {
+        match self {
+            Isa::Scalar | Isa::Avx2 => true,
+            Isa::Avx512Vnni => w.n_groups() > 1,
+            Isa::NeonDot | Isa::NeonI8mm => false,
+        }
     }
 
     /// The fastest ISA this CPU supports (`UNMASK_INT8_ISA=scalar|avx2|vnni|dotprod|i8mm` narrows it).
@@ -165,7 +178,8 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
     let np = w.n_panels();
     let isa = if xq.isa.runs(w) { xq.isa } else { Isa::Scalar };
     assert!(isa == xq.isa || xq.isa != Isa::Avx512Vnni, "VNNI-encoded activations need the VNNI kernel");
-    let panels = a64::Panels { data: &w.data, scales: &w.scales, n: w.n, kp: w.kp, group: w.group };
+    // The aarch64 kernels run only on f32 scales (`Isa::runs`).
+    let panels = a64::Panels { data: &w.data, scales: w.scales.f32s().unwrap_or(&[]), n: w.n, kp: w.kp, group: w.group };
     let rows = a64::Rows { data: &xq.data, scales: &xq.scales, kp: xq.kp };
     if matches!(isa, Isa::NeonDot | Isa::NeonI8mm) {
         assert!(a64::shapes_ok(&panels, &rows, m, 0, np, y.len()), "aarch64 kernel operands do not fit");
@@ -183,7 +197,7 @@ pub fn gemm_quantized(w: &Int8Weights, xq: &QuantizedRows, m: usize, y: &mut [f3
             // SAFETY: `isa.available()` confirmed AVX-512 F/BW/VNNI; buffers were size-checked above.
             Isa::Avx512Vnni => unsafe { x86::vnni_panels(w, xq, m, p0, p1, out.0) },
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `isa.available()` confirmed AVX2; buffers were size-checked above.
+            // SAFETY: `isa.available()` confirmed AVX2, FMA and F16C; buffers were size-checked above.
             Isa::Avx2 => unsafe { x86::avx2_panels(w, xq, m, p0, p1, out.0) },
             #[cfg(target_arch = "aarch64")]
             // SAFETY: `isa.runs` confirmed NEON + dotprod and the oct layout; `shapes_ok` held.
@@ -355,6 +369,32 @@ mod tests {
             }
         }
 
+        /// f16 scales (what Q8_0 / Q4_0 repack to) give every kernel bit for bit the outputs of
+        /// the f32 form of the same scales, short panels and long (prefetching) ones, int8 and
+        /// 4-bit codes.
+        #[test]
+        fn f16_scales_change_no_output(m in 1usize..40, n in 1usize..70, k in 33usize..1400, nib in any::<bool>(), seed in 0u64..1000) {
+            let kp = k.div_ceil(32) * 32;
+            let qw: Vec<i8> = codes(n * k, seed).iter().map(|&v| if nib { (v as i32).rem_euclid(16) as i8 - 8 } else { v }).collect();
+            let qx = pad(&codes(m * k, seed + 4), m, k, kp);
+            let (sw, sx) = random_scales(n * (kp / 32), m, seed);
+            let sw: Vec<f32> = sw.iter().map(|&s| half::f16::from_f32(s).to_f32()).collect();
+            let w8 = packed(Layout::Quad4, n, k, ScaleGroup::Block32, &qw, &sw);
+            let w16 = w8.clone().with_f16_scales();
+            prop_assert!(w16.scales.is_f16() && w16.bytes() < w8.bytes());
+            let (w32, w16) = if nib {
+                (w8.into_nibbles().ok().expect("4-bit codes"), w16.into_nibbles().ok().expect("4-bit codes"))
+            } else {
+                (w8, w16)
+            };
+            prop_assert_eq!(w16.unpack(), w32.unpack());
+            prop_assert_eq!(isas(&w16), isas(&w32));
+            for isa in isas(&w16) {
+                let (a, b) = (run(isa, &w32, &qx, &sx, m), run(isa, &w16, &qx, &sx, m));
+                prop_assert!(a == b, "{:?}", isa);
+            }
+        }
+
         /// End to end from f32: the int8 GEMM is close to the f32 product.
         #[test]
         fn f32_in_is_close(m in 1usize..10, n in 1usize..40, k in 1usize..200, seed in 0u64..1000) {
@@ -413,12 +453,25 @@ mod tests {
         assert!(packed(Layout::Quad4, 4, 32, ScaleGroup::Block32, &qw, &[1.0; 4]).into_nibbles().is_ok());
     }
 
+    /// Scales stay f32 where f16 would change an output or a kernel could not read them.
+    #[test]
+    fn f16_scales_only_where_exact_and_readable() {
+        let qw = codes(4 * 64, 3);
+        let f16 = |layout, k, s: f32| packed(layout, 4, k, ScaleGroup::Block32, &qw[..4 * k], &vec![s; 4 * k.div_ceil(32)]).with_f16_scales().scales.is_f16();
+        assert!(f16(Layout::Quad4, 64, 0.5));
+        assert!(!f16(Layout::Quad4, 64, 0.1), "0.1 is not an f16");
+        assert!(!f16(Layout::Quad4, 32, 0.5), "one group per row: the per-row kernel path reads f32");
+        assert!(!f16(Layout::Oct8, 64, 0.5), "the aarch64 kernels read f32");
+    }
+
     #[test]
     fn q8_0_and_q4_0_repack_exactly() {
         let (n, k) = (37, 96);
         let wf: Vec<f32> = (0..n * k).map(|i| ((i * 7919 % 211) as f32 - 105.0) / 50.0).collect();
         let q8 = crate::kernels::quant::quantize_q8_0(&wf).unwrap();
         let w = Int8Weights::from_blocks(DType::Q8_0, &q8, n, k).unwrap();
+        // The file's f16 block scales are kept as they are where the layout allows.
+        assert_eq!(w.scales.is_f16(), Layout::native() == Layout::Quad4);
         let want = crate::kernels::quant::dequantize(DType::Q8_0, &q8, n * k).unwrap();
         let mut row = vec![0.0f32; k];
         for j in 0..n {

@@ -49,7 +49,7 @@ pub fn reference_gemm(
 pub(super) fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
     let (kp, ng, g) = (w.kp, w.n_groups(), w.group);
     for p in p0..p1 {
-        let s = &w.scales[p * ng * PANEL..(p + 1) * ng * PANEL];
+        let s = |i: usize| w.scales.get(p * ng * PANEL + i);
         for r in 0..PANEL.min(w.n - p * PANEL) {
             let j = p * PANEL + r;
             for i in 0..m {
@@ -60,7 +60,7 @@ pub(super) fn scalar_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: u
                     for t in gi * g..(gi + 1) * g {
                         sum += (x[t] as i8) as i32 * w.code_in_panel(p, r, t) as i32;
                     }
-                    acc += sum as f32 * s[gi * PANEL + r];
+                    acc += sum as f32 * s(gi * PANEL + r);
                 }
                 // SAFETY: i < m and j < n, and this task alone writes column j.
                 unsafe { *y.add(i * w.n + j) = acc * xq.scales[i] };

@@ -2,7 +2,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Int8Weights, QuantizedRows, PANEL, VNNI_TILE_ROWS};
+use super::{Int8Weights, QuantizedRows, WeightScales, PANEL, VNNI_TILE_ROWS};
 
 /// Activation rows per VNNI tile with per-row scales: 12 rows × 2 panels = 24 i32 accumulators in
 /// zmm. Each 64-byte weight load feeds 12 `vpdpbusd` (half the L2 traffic of 6 rows).
@@ -77,18 +77,21 @@ pub unsafe fn vnni_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usi
             };
             s_idx += 1;
             macro_rules! go {
-                ($g:literal; $($a:literal, $b:literal);*) => {
+                ($g:literal, $h:literal; $($a:literal, $b:literal);*) => {
                     match (mr, np) {
-                        $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true, $g>(w, xq, t, y),
-                          ($a, $b) => vnni_tile::<$a, $b, false, $g>(w, xq, t, y),)*
+                        $(($a, $b) if w.nibbles => vnni_tile::<$a, $b, true, $g, $h>(w, xq, t, y),
+                          ($a, $b) => vnni_tile::<$a, $b, false, $g, $h>(w, xq, t, y),)*
                         _ => unreachable!(),
                     }
                 };
             }
-            if grouped {
-                go!(true; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 1,2; 2,2; 3,2; 4,2; 5,2; 6,2);
+            // f16 scales come only with scale groups (`Isa::runs`).
+            if grouped && w.scales.is_f16() {
+                go!(true, true; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 1,2; 2,2; 3,2; 4,2; 5,2; 6,2);
+            } else if grouped {
+                go!(true, false; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 1,2; 2,2; 3,2; 4,2; 5,2; 6,2);
             } else {
-                go!(false; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 7,1; 8,1; 9,1; 10,1; 11,1; 12,1;
+                go!(false, false; 1,1; 2,1; 3,1; 4,1; 5,1; 6,1; 7,1; 8,1; 9,1; 10,1; 11,1; 12,1;
                     1,2; 2,2; 3,2; 4,2; 5,2; 6,2; 7,2; 8,2; 9,2; 10,2; 11,2; 12,2);
             }
             r0 += mr;
@@ -113,6 +116,55 @@ struct Tile {
     next_lines: usize,
 }
 
+/// A position in a panel-ordered scale array of either form.
+#[derive(Clone, Copy)]
+struct ScalePtr {
+    f32s: *const f32,
+    f16s: *const u16,
+}
+
+impl ScalePtr {
+    fn new(s: &WeightScales) -> Self {
+        match s {
+            WeightScales::F32(v) => ScalePtr { f32s: v.as_ptr(), f16s: std::ptr::null() },
+            // `half::f16` is a transparent u16.
+            WeightScales::F16(v) => ScalePtr { f32s: std::ptr::null(), f16s: v.as_ptr() as *const u16 },
+        }
+    }
+
+    fn at(self, i: usize) -> Self {
+        ScalePtr { f32s: self.f32s.wrapping_add(i), f16s: self.f16s.wrapping_add(i) }
+    }
+
+    /// 16 scales from here as f32 (`F16`: the array is f16).
+    ///
+    /// # Safety
+    /// AVX-512 F; 16 scales of the `F16` form lie here.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn zmm<const F16: bool>(self) -> __m512 {
+        if F16 {
+            _mm512_cvtph_ps(_mm256_lddqu_si256(self.f16s as *const __m256i))
+        } else {
+            _mm512_maskz_loadu_ps(0xFFFF, self.f32s)
+        }
+    }
+
+    /// 8 scales from here as f32 (`F16`: the array is f16).
+    ///
+    /// # Safety
+    /// AVX2 and F16C; 8 scales of the `F16` form lie here.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn ymm<const F16: bool>(self) -> __m256 {
+        if F16 {
+            _mm256_cvtph_ps(_mm_lddqu_si128(self.f16s as *const __m128i))
+        } else {
+            _mm256_castsi256_ps(_mm256_lddqu_si256(self.f32s as *const __m256i))
+        }
+    }
+}
+
 /// One MR×(NP·16) tile: rows `t.row..t.row+MR` of x against panels `t.p0..t.p0+NP`, all of k.
 ///
 /// Pointers advance with `wrapping_add` and loads are full-mask masked loads: the dev profile
@@ -121,9 +173,10 @@ struct Tile {
 ///
 /// `NIB`: 4-bit codes (+8 biased, quad 2o low / 2o+1 high nibbles of 64-byte oct o), unpacked in
 /// registers (`and`, `srli`, `sub`) and then used exactly like the int8 codes. `GROUPED`: one scale
-/// per 32 k (else one per row, and the integer sums run over all of k).
+/// per 32 k (else one per row, and the integer sums run over all of k). `F16`: the scales are
+/// f16 (`WeightScales::F16`, only with `GROUPED`), widened per group in registers.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GROUPED: bool>(
+unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GROUPED: bool, const F16: bool>(
     w: &Int8Weights,
     xq: &QuantizedRows,
     t: Tile,
@@ -135,7 +188,7 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
     let mut wp = w.data.as_ptr().wrapping_add(t.p0 * pstride);
-    let sb = w.scales.as_ptr().wrapping_add(t.p0 * ng * PANEL);
+    let sb = ScalePtr::new(&w.scales).at(t.p0 * ng * PANEL);
     let mut xp = t.x;
     // Prefetching pays where a panel outgrows L1's share (k = 4096); on small panels (k = 192)
     // it only costs issue slots.
@@ -188,8 +241,8 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
         }
         if GROUPED {
             each_row!(NP, p, {
-                // SAFETY: group g of panel p0+p is inside `scales`.
-                let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL + g * PANEL));
+                // SAFETY: group g of panel p0+p is inside `scales` (of the form `F16` says).
+                let s = sb.at(p * ng * PANEL + g * PANEL).zmm::<F16>();
                 each_row!(MR, r, {
                     facc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][p]), s, facc[r][p]);
                 });
@@ -198,8 +251,8 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     }
     if !GROUPED {
         each_row!(NP, p, {
-            // SAFETY: the one group of panel p0+p is inside `scales`.
-            let s = _mm512_maskz_loadu_ps(0xFFFF, sb.wrapping_add(p * ng * PANEL));
+            // SAFETY: the one group of panel p0+p is inside `scales` (f32: no f16 without groups).
+            let s = sb.at(p * ng * PANEL).zmm::<false>();
             each_row!(MR, r, {
                 facc[r][p] = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[r][p]), s);
             });
@@ -249,19 +302,28 @@ pub unsafe fn interleave_tile(rows: &[u8], tile: &mut [u8], kp: usize) {
 }
 
 /// Runs AVX2 tiles over panels `p0..p1`, one panel (two ymm halves) at a time.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn avx2_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usize, p1: usize, y: *mut f32) {
     for p in p0..p1 {
         let mut i = 0;
         while i < m {
             let mr = (m - i).min(MR_AVX2);
-            match mr {
-                1 if w.nibbles => avx2_tile::<1, true>(w, xq, i, p, y),
-                2 if w.nibbles => avx2_tile::<2, true>(w, xq, i, p, y),
-                _ if w.nibbles => avx2_tile::<3, true>(w, xq, i, p, y),
-                1 => avx2_tile::<1, false>(w, xq, i, p, y),
-                2 => avx2_tile::<2, false>(w, xq, i, p, y),
-                _ => avx2_tile::<3, false>(w, xq, i, p, y),
+            macro_rules! go {
+                ($h:literal) => {
+                    match mr {
+                        1 if w.nibbles => avx2_tile::<1, true, $h>(w, xq, i, p, y),
+                        2 if w.nibbles => avx2_tile::<2, true, $h>(w, xq, i, p, y),
+                        _ if w.nibbles => avx2_tile::<3, true, $h>(w, xq, i, p, y),
+                        1 => avx2_tile::<1, false, $h>(w, xq, i, p, y),
+                        2 => avx2_tile::<2, false, $h>(w, xq, i, p, y),
+                        _ => avx2_tile::<3, false, $h>(w, xq, i, p, y),
+                    }
+                };
+            }
+            if w.scales.is_f16() {
+                go!(true)
+            } else {
+                go!(false)
             }
             i += mr;
         }
@@ -270,9 +332,9 @@ pub unsafe fn avx2_panels(w: &Int8Weights, xq: &QuantizedRows, m: usize, p0: usi
 
 /// One MR×16 tile with the sign trick: |x| (u8) × (w with x's sign) (i8) stays within i16.
 /// Loads use `lddqu` (an LLVM intrinsic, free of debug-build checks; see `vnni_tile`).
-#[target_feature(enable = "avx2,fma")]
-/// `NIB`: 4-bit codes, unpacked in registers as in `vnni_tile`.
-unsafe fn avx2_tile<const MR: usize, const NIB: bool>(
+#[target_feature(enable = "avx2,fma,f16c")]
+/// `NIB`: 4-bit codes, unpacked in registers as in `vnni_tile`; `F16`: f16 scales.
+unsafe fn avx2_tile<const MR: usize, const NIB: bool, const F16: bool>(
     w: &Int8Weights,
     xq: &QuantizedRows,
     i0: usize,
@@ -284,7 +346,7 @@ unsafe fn avx2_tile<const MR: usize, const NIB: bool>(
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
     let (low4, eight) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
     let mut wp = w.data.as_ptr().wrapping_add(p * w.panel_bytes());
-    let sb = w.scales.as_ptr().wrapping_add(p * ng * PANEL);
+    let sb = ScalePtr::new(&w.scales).at(p * ng * PANEL);
     let mut xr = [xq.data.as_ptr(); MR];
     for (r, x) in xr.iter_mut().enumerate() {
         *x = x.wrapping_add((i0 + r) * kp);
@@ -326,9 +388,9 @@ unsafe fn avx2_tile<const MR: usize, const NIB: bool>(
                 }
             }
         }
-        // SAFETY: group g's 16 scales of panel p lie inside `scales`.
-        let s0 = _mm256_castsi256_ps(_mm256_lddqu_si256(sb.wrapping_add(g * PANEL) as *const __m256i));
-        let s1 = _mm256_castsi256_ps(_mm256_lddqu_si256(sb.wrapping_add(g * PANEL + 8) as *const __m256i));
+        // SAFETY: group g's 16 scales of panel p lie inside `scales` (of the form `F16` says).
+        let s0 = sb.at(g * PANEL).ymm::<F16>();
+        let s1 = sb.at(g * PANEL + 8).ymm::<F16>();
         for r in 0..MR {
             facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][0]), s0, facc[r][0]);
             facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][1]), s1, facc[r][1]);
