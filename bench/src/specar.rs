@@ -33,6 +33,8 @@ struct Tally {
     stats: SpecArStats,
     mismatches: usize,
     runs: usize,
+    /// Drafts waiting at each verification start (the profiler's queue-depth counter).
+    depths: Vec<usize>,
 }
 
 impl Tally {
@@ -51,14 +53,14 @@ impl Tally {
         t.pre_dropped += s.pre_dropped;
         t.verifier_wait_s += s.verifier_wait_s;
         t.drafter_wait_s += s.drafter_wait_s;
-        t.queue_depths.extend_from_slice(&s.queue_depths);
+        self.depths.extend(s.trace.queue_depth.iter().map(|&(_, d)| d));
     }
     fn to_json(&self, baseline_tps: f64) -> Value {
         let s = &self.stats;
-        let depth = if s.queue_depths.is_empty() {
+        let depth = if self.depths.is_empty() {
             0.0
         } else {
-            s.queue_depths.iter().sum::<usize>() as f64 / s.queue_depths.len() as f64
+            self.depths.iter().sum::<usize>() as f64 / self.depths.len() as f64
         };
         json!({
             "tokens": self.tokens, "wall_s": self.wall_s, "tokens_per_s": self.tokens_per_s(),

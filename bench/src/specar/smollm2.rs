@@ -7,7 +7,7 @@
 //! the prompts the numbers are reported on; acceptance is reported per task family.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,14 +21,10 @@ use unmask_engine::model::{load_model, Transformer};
 use super::{main_methods, measure, models_dir, pair_json, spec, task_prompts, Pair, Tally};
 use crate::tasks;
 
-/// The SmolLM2-135M-Instruct GGUF the tests fetch, if present.
-fn smollm2_gguf() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("UNMASK_SMOLLM2_GGUF").map(PathBuf::from).filter(|p| p.is_file()) {
-        return Some(p);
-    }
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-inputs/smollm2");
-    std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "gguf"))
-}
+/// Where the SmolLM2-135M-Instruct GGUF lives: the engine tests' finder, one file for both (its
+/// `CARGO_MANIFEST_DIR` is this crate's, a sibling of `engine/`, so `../target` is the same place).
+#[path = "../../../engine/tests/common/smollm2.rs"]
+mod locate;
 
 /// The trained draft, if present.
 fn trained_draft_dir() -> Option<PathBuf> {
@@ -110,7 +106,7 @@ fn per_task_json(methods: &[(String, Option<SpecArSettings>)], by_task: &BTreeMa
 
 /// The SmolLM2 section of `specar.json` (headline keys go into `headline`).
 pub(super) fn run(quick: bool, lossless: &mut bool, headline: &mut Map<String, Value>) -> Result<Value> {
-    let Some(path) = smollm2_gguf() else {
+    let Some(path) = locate::find_smollm2() else {
         eprintln!("[specar] SmolLM2 GGUF not found (tests/fetch-test-inputs.sh fetches it): pair skipped");
         return Ok(json!({"skipped": "SmolLM2-135M-Instruct GGUF not found; run tests/fetch-test-inputs.sh"}));
     };

@@ -163,8 +163,6 @@ pub struct SpecArStats {
     pub verifier_wait_s: f64,
     /// `async`: seconds the drafter waited for verdicts.
     pub drafter_wait_s: f64,
-    /// `async`: draft queue depth sampled at each verification start.
-    pub queue_depths: Vec<usize>,
     /// When each draft and verification ran (measured), for the profiler; not stored with the
     /// counters (the run's timeline holds it).
     #[serde(skip)]

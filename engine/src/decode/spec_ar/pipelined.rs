@@ -216,7 +216,6 @@ fn verify_loop(
             }
         }
         stats.verifier_wait_s += wait0.elapsed().as_secs_f64();
-        stats.queue_depths.push(held.len());
         stats.trace.queue_depth.push((run.t0.elapsed().as_secs_f64(), held.len()));
         // The contiguous run of drafts that continue the committed sequence, one after another.
         let mut batch: Vec<Draft> = Vec::with_capacity(take);
