@@ -306,15 +306,22 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
     use unmask_engine::backend::vnpu::profile::DeviceProfile;
     use unmask_engine::backend::vnpu::replay::ModelPreset;
     use unmask_engine::backend::vnpu::spec_schedule::{simulate_schedules, SimSchedule, SpecWorkload};
-    use unmask_engine::decode::spec_ar::control::worthwhile_batch;
+    use unmask_engine::backend::vnpu::spec_schedule::DraftingControl;
+    use unmask_engine::decode::spec_ar::control::{worthwhile_batch, EntropyHistoryControl};
 
     let profile = DeviceProfile::builtin("sm8750")?;
     let pim = PimProfile::lpddr5()?;
+    // Ours runs the decoder's default controls: the time-aware batch rule and the
+    // entropy-history drafting control with the decoder's batch and bins; without the drafting
+    // control for comparison.
+    let real = SpecArSettings::default();
     let schedules = [
         ("npu-only", SimSchedule::NpuOnly { draft_len: 4 }),
         ("sync-pim", SimSchedule::SyncPim { draft_len: 8 }),
-        ("async-pim", SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16 }),
+        ("async-pim", SimSchedule::AsyncPim { max_batch: 8, max_ahead: real.max_ahead, control_batch: real.batch }),
+        ("async-pim-no-drafting-control", SimSchedule::AsyncPim { max_batch: 8, max_ahead: real.max_ahead, control_batch: 0 }),
     ];
+    let new_control = || -> Box<dyn DraftingControl> { Box::new(EntropyHistoryControl::new(real.h_max)) };
     let run = |alpha: f64| -> Result<Value> {
         let w = SpecWorkload {
             target: ModelPreset::Llama3_8B.config(),
@@ -325,7 +332,7 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
             seed: 11,
         };
         let list: Vec<SimSchedule> = schedules.iter().map(|(_, s)| *s).collect();
-        let r = simulate_schedules(&w, &profile, &pim, &list, worthwhile_batch)?;
+        let r = simulate_schedules(&w, &profile, &pim, &list, worthwhile_batch, &new_control)?;
         let m: serde_json::Map<String, Value> = schedules
             .iter()
             .zip(r)
@@ -342,6 +349,6 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
         "alpha_source": "per-draft acceptance measured in this run (tiny-ar/tiny-draft, async)",
         "at_measured_alpha": run(measured_alpha)?,
         "alpha_sweep": sweep,
-        "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8",
+        "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8; async-pim (ours) runs the decoder's default controls (time-aware batch rule, entropy-history drafting control with batch 2: under the i.i.d. acceptance model every batch falls in one entropy bin, so it learns from the leading length and the verdicts), async-pim-no-drafting-control fills its queue up to max_ahead",
     }))
 }

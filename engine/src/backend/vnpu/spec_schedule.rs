@@ -6,12 +6,15 @@
 //! - **sync NPU+PIM**: draft on PIM, verify on the NPU, in turn, fixed draft length (SpecPIM's
 //!   operator-level synchronous mapping);
 //! - **async NPU+PIM**: drafter and verifier as independent tasks; the drafter keeps drafting
-//!   while the verifier works, up to a bound; a rejection discards the drafts made on the
-//!   rejected path; the verifier takes the batch the time-aware rule says is worthwhile
-//!   (`decode::spec_ar` runs the same policy for real on two CPU cores).
+//!   while the verifier works, up to a bound and, with a drafting control, only while the
+//!   control says drafting further ahead is worth it; a rejection discards the drafts made on
+//!   the rejected path; the verifier takes the batch the time-aware rule says is worthwhile
+//!   (`decode::spec_ar` runs the same policies for real on two CPU cores).
 //!
 //! Acceptance is drawn per draft with probability `alpha` (seeded), the i.i.d. model of
 //! Leviathan et al. §3; the benchmark sets `alpha` from a measured run.
+
+use std::collections::VecDeque;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -32,8 +35,28 @@ use crate::trace::LanePower;
 pub enum SimSchedule {
     NpuOnly { draft_len: usize },
     SyncPim { draft_len: usize },
-    AsyncPim { max_batch: usize, max_ahead: usize },
+    /// `control_batch`: drafts per batch of the drafting control (0 = no control: the drafter
+    /// fills the queue up to `max_ahead`).
+    AsyncPim { max_batch: usize, max_ahead: usize, control_batch: usize },
 }
+
+/// Whether the asynchronous drafter drafts another batch ahead of verification, learning from
+/// each verdict. The decoder's entropy-history control implements it
+/// (`decode::spec_ar::control`); it is passed in, like [`BatchRule`], so this module does not
+/// depend on the decoder. The i.i.d. acceptance model has no per-draft entropy, so the
+/// simulation records every batch in the same entropy bin: the control learns from the
+/// leading length and the verdicts alone.
+pub trait DraftingControl {
+    /// Records a finished draft batch by its mean entropy (nats).
+    fn record_batch(&mut self, mean_entropy: f64);
+    /// Whether to draft another batch while `leading_batches` batches wait for verification.
+    fn keep_drafting(&mut self, leading_batches: usize) -> bool;
+    /// Learns from a verdict (every offered draft accepted, or not).
+    fn on_verified(&mut self, fully_accepted: bool);
+}
+
+/// Makes a fresh drafting control for one simulated run.
+pub type NewDraftingControl<'a> = &'a dyn Fn() -> Box<dyn DraftingControl>;
 
 /// The workload: a target/draft pair, prompt and answer length, acceptance.
 #[derive(Debug, Clone)]
@@ -100,22 +123,47 @@ fn accepted(n: usize, alpha: f64, rng: &mut ChaCha8Rng) -> usize {
 /// schedule follows the real one without this module depending on the decoder.
 pub type BatchRule = fn(f64, Option<f64>, f64, usize, usize) -> usize;
 
-/// Simulates `schedules` for `w` on `profile`'s NPU with `pim` beside it.
+/// Simulates `schedules` for `w` on `profile`'s NPU with `pim` beside it (`new_control`: the
+/// drafting control of asynchronous schedules with a `control_batch`).
 pub fn simulate_schedules(
     w: &SpecWorkload,
     profile: &DeviceProfile,
     pim: &PimProfile,
     schedules: &[SimSchedule],
     batch_rule: BatchRule,
+    new_control: NewDraftingControl<'_>,
 ) -> Result<Vec<SpecSimResult>> {
     let trace = DecodeTrace::autoregressive(w.prompt, w.answer);
     let (verify, _) = ar_npu_simulator(&w.target, profile, &trace)?;
     let (draft_npu, _) = ar_npu_simulator(&w.draft, profile, &trace)?;
     let mut costs = Costs { verify, draft_npu, pim, draft_cfg: &w.draft, power: LanePower::from_profile(profile) };
-    schedules.iter().map(|&s| run_schedule(w, s, &mut costs, batch_rule)).collect()
+    schedules.iter().map(|&s| run_schedule(w, s, &mut costs, batch_rule, new_control)).collect()
 }
 
-fn run_schedule(w: &SpecWorkload, schedule: SimSchedule, c: &mut Costs<'_>, batch_rule: BatchRule) -> Result<SpecSimResult> {
+/// The asynchronous drafter's state between events.
+struct Drafter {
+    /// When its next draft is ready (`None`: stalled).
+    next_ready: Option<f64>,
+    /// Stopped by the drafting control until the next verdict.
+    held: bool,
+    /// Seconds per draft token (the last one's).
+    per_token: f64,
+}
+
+/// What the asynchronous drafter spent.
+struct Tally {
+    drafted: usize,
+    pim_busy: f64,
+    e_dyn: f64,
+}
+
+fn run_schedule(
+    w: &SpecWorkload,
+    schedule: SimSchedule,
+    c: &mut Costs<'_>,
+    batch_rule: BatchRule,
+    new_control: NewDraftingControl<'_>,
+) -> Result<SpecSimResult> {
     let mut rng = ChaCha8Rng::seed_from_u64(w.seed);
     let (mut t, mut e_dyn, mut npu_busy, mut pim_busy) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     let (mut committed, mut verifications, mut drafted, mut wasted) = (0usize, 0usize, 0usize, 0usize);
@@ -152,59 +200,80 @@ fn run_schedule(w: &SpecWorkload, schedule: SimSchedule, c: &mut Costs<'_>, batc
                 committed += a + 1;
             }
         }
-        SimSchedule::AsyncPim { max_batch, max_ahead } => {
-            // Ready times of drafts produced and not yet taken; when the drafter finishes its next.
-            let mut ahead: std::collections::VecDeque<f64> = Default::default();
-            let mut draft_per_token = 0.0f64;
-            let mut verify_per_call: Option<f64> = None;
+        SimSchedule::AsyncPim { max_batch, max_ahead, control_batch } => {
+            let mut control = (control_batch > 0).then(new_control);
             let (pim, draft_cfg) = (c.pim, c.draft_cfg);
-            // Produces drafts due by `until` (at most `max_ahead` waiting).
+            let draft = |ctx: usize| pim.token_cost(draft_cfg, ctx);
+            // Drafts produced and not yet taken (their ready times). Drafts the verifier is
+            // checking lead verification as much as the queued ones (`in_flight`, as in the
+            // decoder, whose control counts every unverified draft).
+            let mut ahead: VecDeque<f64> = VecDeque::new();
+            let mut drafter = Drafter { next_ready: None, held: false, per_token: 0.0 };
+            let mut verify_per_call: Option<f64> = None;
+            let mut spent = Tally { drafted: 0, pim_busy: 0.0, e_dyn: 0.0 };
+            // Produces drafts due by `until`: at most `max_ahead` waiting, and at a batch boundary
+            // only if the drafting control says so (held: the next draft starts at the next
+            // verdict).
+            type Control = Option<Box<dyn DraftingControl>>;
             let fill = |until: f64,
-                            ahead: &mut std::collections::VecDeque<f64>,
-                            next_ready: &mut Option<f64>,
-                            ctx: usize,
-                            drafted: &mut usize,
-                            pim_busy: &mut f64,
-                            e_dyn: &mut f64,
-                            per: &mut f64| {
+                        d: &mut Drafter,
+                        control: &mut Control,
+                        ahead: &mut VecDeque<f64>,
+                        in_flight: usize,
+                        ctx: usize,
+                        spent: &mut Tally| {
                 loop {
                     if ahead.len() >= max_ahead {
-                        *next_ready = None; // stalled until the verifier takes drafts
+                        d.next_ready = None; // stalled until the verifier takes drafts
                         return;
                     }
-                    let c = pim.token_cost(draft_cfg, ctx + ahead.len());
-                    let (dt, de) = (c.time_s, c.energy_j);
-                    *per = dt;
-                    let ready = next_ready.unwrap_or(until);
+                    let lead = in_flight + ahead.len();
+                    if let Some(ctl) = control.as_mut() {
+                        if d.held {
+                            return;
+                        }
+                        if lead > 0 && lead.is_multiple_of(control_batch) && !ctl.keep_drafting(lead / control_batch) {
+                            d.held = true;
+                            d.next_ready = None;
+                            return;
+                        }
+                    }
+                    let cost = draft(ctx + ahead.len());
+                    d.per_token = cost.time_s;
+                    let ready = d.next_ready.unwrap_or(until);
                     if ready > until {
                         return;
                     }
                     ahead.push_back(ready);
-                    *drafted += 1;
-                    *pim_busy += dt;
-                    *e_dyn += de;
-                    *next_ready = Some(ready + dt);
+                    if let Some(ctl) = control.as_mut() {
+                        if (lead + 1).is_multiple_of(control_batch) {
+                            ctl.record_batch(0.0);
+                        }
+                    }
+                    spent.drafted += 1;
+                    spent.pim_busy += cost.time_s;
+                    spent.e_dyn += cost.energy_j;
+                    d.next_ready = Some(ready + cost.time_s);
                 }
             };
             // The drafter starts right after the prompt is known.
-            let (dt0, _) = c.draft_on_pim(w.prompt);
-            let mut next_ready: Option<f64> = Some(t + dt0);
+            drafter.next_ready = Some(t + draft(w.prompt).time_s);
             while committed < w.answer {
                 let ctx = w.prompt + committed;
-                fill(t, &mut ahead, &mut next_ready, ctx, &mut drafted, &mut pim_busy, &mut e_dyn, &mut draft_per_token);
+                fill(t, &mut drafter, &mut control, &mut ahead, 0, ctx, &mut spent);
                 // Wait for the first draft, then for as many as are worth waiting for.
-                let want = batch_rule(w.alpha, verify_per_call, draft_per_token, ahead.len(), max_batch.min(w.answer - committed));
+                let want = batch_rule(w.alpha, verify_per_call, drafter.per_token, ahead.len(), max_batch.min(w.answer - committed));
                 while ahead.len() < want.max(1) {
-                    let Some(r) = next_ready else { break };
+                    let Some(r) = drafter.next_ready else { break };
                     t = t.max(r);
-                    fill(t, &mut ahead, &mut next_ready, ctx, &mut drafted, &mut pim_busy, &mut e_dyn, &mut draft_per_token);
+                    fill(t, &mut drafter, &mut control, &mut ahead, 0, ctx, &mut spent);
                 }
                 let n = ahead.len().min(max_batch).min(w.answer - committed).max(1);
                 for _ in 0..n.min(ahead.len()) {
                     ahead.pop_front();
                 }
-                if next_ready.is_none() {
-                    next_ready = Some(t + draft_per_token);
+                if drafter.next_ready.is_none() && !drafter.held {
+                    drafter.next_ready = Some(t + drafter.per_token);
                 }
                 let (vt, ve) = c.verify(n + 1, ctx + n + 1)?;
                 verify_per_call = Some(vt);
@@ -213,19 +282,29 @@ fn run_schedule(w: &SpecWorkload, schedule: SimSchedule, c: &mut Costs<'_>, batc
                 npu_busy += vt;
                 verifications += 1;
                 // The drafter kept drafting during the verification.
-                fill(t, &mut ahead, &mut next_ready, ctx + n, &mut drafted, &mut pim_busy, &mut e_dyn, &mut draft_per_token);
+                fill(t, &mut drafter, &mut control, &mut ahead, n, ctx + n, &mut spent);
                 let a = accepted(n, w.alpha, &mut rng);
+                if let Some(ctl) = control.as_mut() {
+                    ctl.on_verified(a == n);
+                }
                 if a < n {
                     committed += a + 1;
                     // Drafts on the rejected path are lost; the drafter restarts at the verdict.
                     wasted += (n - a) + ahead.len();
                     ahead.clear();
-                    next_ready = Some(t + draft_per_token);
+                    drafter.next_ready = Some(t + drafter.per_token);
                 } else {
                     committed += n;
+                    if drafter.held {
+                        drafter.next_ready = Some(t + drafter.per_token);
+                    }
                 }
+                drafter.held = false;
             }
             wasted += ahead.len();
+            drafted += spent.drafted;
+            pim_busy += spent.pim_busy;
+            e_dyn += spent.e_dyn;
         }
     }
     let tokens = committed.min(w.answer);
@@ -272,10 +351,10 @@ mod tests {
         let schedules = [
             SimSchedule::NpuOnly { draft_len: 4 },
             SimSchedule::SyncPim { draft_len: 8 },
-            SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16 },
+            SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 },
         ];
         let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
-        let good = simulate_schedules(&workload(0.8), &profile, &pim, &schedules, rule).unwrap();
+        let good = simulate_schedules(&workload(0.8), &profile, &pim, &schedules, rule, &no_control).unwrap();
         for r in &good {
             assert_eq!(r.tokens, 256, "{r:?}");
             assert!(r.time_s > 0.0 && r.energy_j > 0.0);
@@ -284,9 +363,55 @@ mod tests {
         let (sync, asy) = (&good[1], &good[2]);
         assert!(sync.time_s >= sync.npu_busy_s + sync.pim_busy_s - 1e-9);
         assert!(asy.time_s < asy.npu_busy_s + asy.pim_busy_s, "{asy:?}");
-        let bad = simulate_schedules(&workload(0.2), &profile, &pim, &schedules, rule).unwrap();
+        let bad = simulate_schedules(&workload(0.2), &profile, &pim, &schedules, rule, &no_control).unwrap();
         for (g, b) in good.iter().zip(&bad) {
             assert!(g.tokens_per_s > b.tokens_per_s, "{g:?} vs {b:?}");
         }
+    }
+
+    fn no_control() -> Box<dyn DraftingControl> {
+        unreachable!("no schedule here has a drafting control")
+    }
+
+    /// Drafts at most `limit` batches ahead of verification; counts what it is told.
+    struct Limit {
+        limit: usize,
+        batches: std::rc::Rc<std::cell::Cell<usize>>,
+        verdicts: std::rc::Rc<std::cell::Cell<usize>>,
+    }
+
+    impl DraftingControl for Limit {
+        fn record_batch(&mut self, _: f64) {
+            self.batches.set(self.batches.get() + 1);
+        }
+        fn keep_drafting(&mut self, leading_batches: usize) -> bool {
+            leading_batches < self.limit
+        }
+        fn on_verified(&mut self, _: bool) {
+            self.verdicts.set(self.verdicts.get() + 1);
+        }
+    }
+
+    /// A drafting control that stops the drafter early wastes fewer drafts and less PIM time at
+    /// low acceptance, hears every verdict, and still produces every token. (Not less energy:
+    /// verifications cost far more than drafts here, and a drafter held back leaves the verifier
+    /// smaller batches, so more verifications.)
+    #[test]
+    fn a_drafting_control_cuts_wasted_drafts() {
+        let profile = DeviceProfile::builtin("sm8750").unwrap();
+        let pim = PimProfile::lpddr5().unwrap();
+        let (batches, verdicts) = (std::rc::Rc::new(std::cell::Cell::new(0)), std::rc::Rc::new(std::cell::Cell::new(0)));
+        let (b2, v2) = (batches.clone(), verdicts.clone());
+        let limit = move || -> Box<dyn DraftingControl> { Box::new(Limit { limit: 1, batches: b2.clone(), verdicts: v2.clone() }) };
+        let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
+        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 };
+        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 2 };
+        let r = simulate_schedules(&workload(0.4), &profile, &pim, &[free, held], rule, &limit).unwrap();
+        let (free, held) = (&r[0], &r[1]);
+        assert_eq!((free.tokens, held.tokens), (256, 256));
+        assert!(held.wasted_drafts < free.wasted_drafts && held.drafted < free.drafted, "{held:?} vs {free:?}");
+        assert!(held.pim_busy_s < free.pim_busy_s && held.verifications >= free.verifications, "{held:?} vs {free:?}");
+        assert_eq!(verdicts.get(), held.verifications);
+        assert!(batches.get() > 0);
     }
 }

@@ -78,6 +78,20 @@ impl EntropyHistoryControl {
     }
 }
 
+/// The simulated phone's asynchronous schedule runs this same control
+/// (`backend::vnpu::spec_schedule`).
+impl crate::backend::vnpu::spec_schedule::DraftingControl for EntropyHistoryControl {
+    fn record_batch(&mut self, mean_entropy: f64) {
+        EntropyHistoryControl::record_batch(self, mean_entropy)
+    }
+    fn keep_drafting(&mut self, leading_batches: usize) -> bool {
+        EntropyHistoryControl::keep_drafting(self, leading_batches)
+    }
+    fn on_verified(&mut self, fully_accepted: bool) {
+        EntropyHistoryControl::on_verified(self, fully_accepted)
+    }
+}
+
 /// Seconds per token of a kind of task, averaged over its last four records (AHASD's cycle
 /// tables keep four records per task kind).
 #[derive(Debug, Clone, Default)]
