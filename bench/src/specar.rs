@@ -35,6 +35,8 @@ struct Tally {
     runs: usize,
     /// Drafts waiting at each verification start (the profiler's queue-depth counter).
     depths: Vec<usize>,
+    /// Each judged draft's entropy and verdict.
+    verdicts: Vec<(f64, bool)>,
 }
 
 impl Tally {
@@ -54,6 +56,7 @@ impl Tally {
         t.verifier_wait_s += s.verifier_wait_s;
         t.drafter_wait_s += s.drafter_wait_s;
         self.depths.extend(s.trace.queue_depth.iter().map(|&(_, d)| d));
+        self.verdicts.extend_from_slice(&s.trace.verdicts);
     }
     fn to_json(&self, baseline_tps: f64) -> Value {
         let s = &self.stats;
@@ -276,8 +279,7 @@ pub fn run(quick: bool) -> Result<Value> {
     result.insert("smollm2".into(), smollm2::run(quick, &mut lossless, &mut headline)?);
     // Simulated phone: Llama-3-8B verifying on the SM8750 NPU, Llama-3.2-1B drafting on the NPU
     // or on LPDDR5-PIM, at the per-draft acceptance measured above (and a sweep of it).
-    let alpha = t[3].stats.acceptance_rate();
-    let sim = simulate(alpha, if quick { 256 } else { 1024 })?;
+    let sim = simulate(&t[3].verdicts, if quick { 256 } else { 1024 })?;
     let row = |name: &str, v: &Value| v["schedules"][name].clone();
     let at_measured = &sim["at_measured_alpha"];
     let (sync_pim, ours) = (row("sync-pim", at_measured), row("async-pim", at_measured));
@@ -300,8 +302,9 @@ pub fn run(quick: bool) -> Result<Value> {
     Ok(Value::Object(result))
 }
 
-/// The three schedules on the simulated SM8750 + LPDDR5-PIM (**simulated**).
-fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
+/// The three schedules on the simulated SM8750 + LPDDR5-PIM (**simulated**): drafts drawn from
+/// the measured (entropy, verdict) pairs, and a sweep of i.i.d. acceptance.
+fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
     use unmask_engine::backend::vnpu::pim::PimProfile;
     use unmask_engine::backend::vnpu::profile::DeviceProfile;
     use unmask_engine::backend::vnpu::replay::ModelPreset;
@@ -322,15 +325,17 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
         ("async-pim-no-drafting-control", SimSchedule::AsyncPim { max_batch: 8, max_ahead: real.max_ahead, control_batch: 0 }),
     ];
     let new_control = || -> Box<dyn DraftingControl> { Box::new(EntropyHistoryControl::new(real.h_max)) };
-    let run = |alpha: f64| -> Result<Value> {
+    let run = |alpha: f64, verdicts: &[(f64, bool)]| -> Result<Value> {
         let w = SpecWorkload {
             target: ModelPreset::Llama3_8B.config(),
             draft: ModelPreset::Llama32_1B.config(),
             prompt: 128,
             answer,
             alpha,
+            verdicts: verdicts.to_vec(),
             seed: 11,
         };
+        let alpha = w.acceptance();
         let list: Vec<SimSchedule> = schedules.iter().map(|(_, s)| *s).collect();
         let r = simulate_schedules(&w, &profile, &pim, &list, worthwhile_batch, &new_control)?;
         let m: serde_json::Map<String, Value> = schedules
@@ -340,15 +345,18 @@ fn simulate(measured_alpha: f64, answer: usize) -> Result<Value> {
             .collect();
         Ok(json!({"alpha": alpha, "schedules": m}))
     };
-    let sweep: Vec<Value> = [0.5, 0.6, 0.7, 0.8, 0.9].iter().map(|&a| run(a)).collect::<Result<_>>()?;
+    if measured.is_empty() {
+        anyhow::bail!("specar: the async run judged no drafts, nothing to draw the simulated drafts from");
+    }
+    let sweep: Vec<Value> = [0.5, 0.6, 0.7, 0.8, 0.9].iter().map(|&a| run(a, &[])).collect::<Result<_>>()?;
     Ok(json!({
         "simulated": true,
         "device": "sm8750 NPU (verifier) + lpddr5-pim (drafter), engine/profiles",
         "target": "Llama-3-8B shapes (W4A16 as the validated NPU deployments)", "draft": "Llama-3.2-1B shapes (INT8 on PIM)",
         "prompt": 128, "answer": answer,
-        "alpha_source": "per-draft acceptance measured in this run (tiny-ar/tiny-draft, async)",
-        "at_measured_alpha": run(measured_alpha)?,
+        "alpha_source": format!("at_measured_alpha: each draft's outcome drawn from the {} (entropy, accepted) pairs judged in this run's async tiny-ar/tiny-draft decoding (alpha = their accepted fraction); alpha_sweep: i.i.d. acceptance at alpha, no entropy", measured.len()),
+        "at_measured_alpha": run(f64::NAN, measured)?,
         "alpha_sweep": sweep,
-        "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8; async-pim (ours) runs the decoder's default controls (time-aware batch rule, entropy-history drafting control with batch 2: under the i.i.d. acceptance model every batch falls in one entropy bin, so it learns from the leading length and the verdicts), async-pim-no-drafting-control fills its queue up to max_ahead",
+        "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8; async-pim (ours) runs the decoder's default controls (time-aware batch rule, entropy-history drafting control with batch 2, fed the drawn drafts' entropies; in the i.i.d. sweep every batch falls in one entropy bin, so there it learns from the leading length and the verdicts alone), async-pim-no-drafting-control fills its queue up to max_ahead",
     }))
 }

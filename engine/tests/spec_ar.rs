@@ -402,7 +402,8 @@ fn concurrent_asynchronous_runs_both_finish() {
 }
 
 /// The measured trace the profiler draws: one Drafter span per draft, one Verifier span per
-/// verification, a queue sample per verification; in turn on one thread for `sync`/`adaptive`.
+/// verification, a queue sample per verification, a verdict per judged draft; in turn on one
+/// thread for `sync`/`adaptive`.
 #[test]
 fn the_trace_has_a_span_per_draft_and_per_verification() {
     use unmask_engine::decode::spec_ar::trace::SpecTask;
@@ -420,6 +421,11 @@ fn the_trace_has_a_span_per_draft_and_per_verification() {
         let judged: usize = t.spans.iter().map(|s| s.offered).sum();
         let accepted: usize = t.spans.iter().map(|s| s.accepted).sum();
         assert_eq!((judged, accepted), (stats.offered, stats.accepted), "{schedule}");
+        // Per judged draft: every accepted one, and the first refused one of each verification
+        // that refused one; entropies are those the draft model reported (finite, >= 0).
+        let refused = t.verdicts.iter().filter(|v| !v.1).count();
+        assert_eq!((t.verdicts.len() - refused, refused), (stats.accepted, stats.rejections), "{schedule}");
+        assert!(t.verdicts.iter().all(|v| v.0.is_finite() && v.0 >= 0.0), "{schedule}");
         assert!(t.spans.windows(2).all(|w| w[0].start_s <= w[1].start_s), "{schedule}: time order");
         let end = t.spans.iter().map(|s| s.start_s + s.dur_s).fold(0.0, f64::max);
         assert!(end <= out.wall_s + 1e-3, "{schedule}: spans end by the run's end ({end} > {})", out.wall_s);

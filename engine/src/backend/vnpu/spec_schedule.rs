@@ -11,8 +11,10 @@
 //!   the rejected path; the verifier takes the batch the time-aware rule says is worthwhile
 //!   (`decode::spec_ar` runs the same policies for real on two CPU cores).
 //!
-//! Acceptance is drawn per draft with probability `alpha` (seeded), the i.i.d. model of
-//! Leviathan et al. §3; the benchmark sets `alpha` from a measured run.
+//! Each draft gets an outcome when it is drafted (seeded): either drawn from measured
+//! (entropy, accepted) pairs of a real run, so the drafting control sees the entropies that go
+//! with acceptance, or accepted with probability `alpha` and no entropy, the i.i.d. model of
+//! Leviathan et al. §3. A verification accepts its drafts up to the first refused one.
 
 use std::collections::VecDeque;
 
@@ -43,9 +45,9 @@ pub enum SimSchedule {
 /// Whether the asynchronous drafter drafts another batch ahead of verification, learning from
 /// each verdict. The decoder's entropy-history control implements it
 /// (`decode::spec_ar::control`); it is passed in, like [`BatchRule`], so this module does not
-/// depend on the decoder. The i.i.d. acceptance model has no per-draft entropy, so the
-/// simulation records every batch in the same entropy bin: the control learns from the
-/// leading length and the verdicts alone.
+/// depend on the decoder. Batches are recorded with the mean entropy of their drafts' outcomes
+/// (under the i.i.d. model all 0: one bin, so the control learns from the leading length and
+/// the verdicts alone).
 pub trait DraftingControl {
     /// Records a finished draft batch by its mean entropy (nats).
     fn record_batch(&mut self, mean_entropy: f64);
@@ -65,9 +67,40 @@ pub struct SpecWorkload {
     pub draft: ModelConfig,
     pub prompt: usize,
     pub answer: usize,
-    /// Per-draft acceptance probability.
+    /// Per-draft acceptance probability (used when `verdicts` is empty).
     pub alpha: f64,
+    /// Measured (entropy in nats, accepted) pairs each draft's outcome is drawn from, uniformly
+    /// with replacement; empty: i.i.d. acceptance at `alpha`, entropy 0.
+    pub verdicts: Vec<(f64, bool)>,
     pub seed: u64,
+}
+
+/// A draft's fate, fixed when it is drafted.
+#[derive(Debug, Clone, Copy)]
+struct Outcome {
+    entropy: f64,
+    accepted: bool,
+}
+
+impl SpecWorkload {
+    /// The outcome of the next draft.
+    fn draw(&self, rng: &mut ChaCha8Rng) -> Outcome {
+        if self.verdicts.is_empty() {
+            Outcome { entropy: 0.0, accepted: rng.random::<f64>() < self.alpha }
+        } else {
+            let (entropy, accepted) = self.verdicts[rng.random_range(0..self.verdicts.len())];
+            Outcome { entropy, accepted }
+        }
+    }
+
+    /// Per-draft acceptance of the model drafts follow (what the batch rule is told).
+    pub fn acceptance(&self) -> f64 {
+        if self.verdicts.is_empty() {
+            self.alpha
+        } else {
+            self.verdicts.iter().filter(|v| v.1).count() as f64 / self.verdicts.len() as f64
+        }
+    }
 }
 
 /// One schedule's simulated run.
@@ -111,10 +144,9 @@ impl Costs<'_> {
     }
 }
 
-/// Accepted drafts of a run of `n`: each accepted with probability `alpha` until the first
-/// rejection.
-fn accepted(n: usize, alpha: f64, rng: &mut ChaCha8Rng) -> usize {
-    (0..n).take_while(|_| rng.random::<f64>() < alpha).count()
+/// Drafts a verification accepts: those before the first refused one.
+fn accepted<'a>(drafts: impl IntoIterator<Item = &'a Outcome>) -> usize {
+    drafts.into_iter().take_while(|o| o.accepted).count()
 }
 
 /// How many drafts the asynchronous verifier takes: `(alpha, verify seconds per call if known,
@@ -178,6 +210,7 @@ fn run_schedule(
             while committed < w.answer {
                 let ctx = w.prompt + committed;
                 let k = draft_len.min(w.answer - committed);
+                let outcomes: Vec<Outcome> = (0..k).map(|_| w.draw(&mut rng)).collect();
                 for i in 0..k {
                     let (dt, de) = if uses_pim { c.draft_on_pim(ctx + i) } else { c.draft_on_npu(ctx + i)? };
                     t += dt;
@@ -194,7 +227,7 @@ fn run_schedule(
                 e_dyn += ve;
                 npu_busy += vt;
                 verifications += 1;
-                let a = accepted(k, w.alpha, &mut rng);
+                let a = accepted(&outcomes);
                 wasted += k - a;
                 // The correction, or the bonus token after a fully accepted run.
                 committed += a + 1;
@@ -204,13 +237,14 @@ fn run_schedule(
             let mut control = (control_batch > 0).then(new_control);
             let (pim, draft_cfg) = (c.pim, c.draft_cfg);
             let draft = |ctx: usize| pim.token_cost(draft_cfg, ctx);
-            // Drafts produced and not yet taken (their ready times). Drafts the verifier is
+            // Drafts produced and not yet taken (ready time, outcome). Drafts the verifier is
             // checking lead verification as much as the queued ones (`in_flight`, as in the
             // decoder, whose control counts every unverified draft).
-            let mut ahead: VecDeque<f64> = VecDeque::new();
+            let mut ahead: VecDeque<(f64, Outcome)> = VecDeque::new();
             let mut drafter = Drafter { next_ready: None, held: false, per_token: 0.0 };
             let mut verify_per_call: Option<f64> = None;
             let mut spent = Tally { drafted: 0, pim_busy: 0.0, e_dyn: 0.0 };
+            let alpha = w.acceptance();
             // Produces drafts due by `until`: at most `max_ahead` waiting, and at a batch boundary
             // only if the drafting control says so (held: the next draft starts at the next
             // verdict).
@@ -218,16 +252,17 @@ fn run_schedule(
             let fill = |until: f64,
                         d: &mut Drafter,
                         control: &mut Control,
-                        ahead: &mut VecDeque<f64>,
-                        in_flight: usize,
+                        ahead: &mut VecDeque<(f64, Outcome)>,
+                        in_flight: &[Outcome],
                         ctx: usize,
-                        spent: &mut Tally| {
+                        spent: &mut Tally,
+                        rng: &mut ChaCha8Rng| {
                 loop {
                     if ahead.len() >= max_ahead {
                         d.next_ready = None; // stalled until the verifier takes drafts
                         return;
                     }
-                    let lead = in_flight + ahead.len();
+                    let lead = in_flight.len() + ahead.len();
                     if let Some(ctl) = control.as_mut() {
                         if d.held {
                             return;
@@ -244,10 +279,13 @@ fn run_schedule(
                     if ready > until {
                         return;
                     }
-                    ahead.push_back(ready);
+                    ahead.push_back((ready, w.draw(rng)));
                     if let Some(ctl) = control.as_mut() {
                         if (lead + 1).is_multiple_of(control_batch) {
-                            ctl.record_batch(0.0);
+                            // The batch just finished: the last drafts of those leading.
+                            let leading = in_flight.iter().chain(ahead.iter().map(|(_, o)| o));
+                            let h: f64 = leading.skip(lead + 1 - control_batch).map(|o| o.entropy).sum();
+                            ctl.record_batch(h / control_batch as f64);
                         }
                     }
                     spent.drafted += 1;
@@ -260,18 +298,17 @@ fn run_schedule(
             drafter.next_ready = Some(t + draft(w.prompt).time_s);
             while committed < w.answer {
                 let ctx = w.prompt + committed;
-                fill(t, &mut drafter, &mut control, &mut ahead, 0, ctx, &mut spent);
+                fill(t, &mut drafter, &mut control, &mut ahead, &[], ctx, &mut spent, &mut rng);
                 // Wait for the first draft, then for as many as are worth waiting for.
-                let want = batch_rule(w.alpha, verify_per_call, drafter.per_token, ahead.len(), max_batch.min(w.answer - committed));
+                let want = batch_rule(alpha, verify_per_call, drafter.per_token, ahead.len(), max_batch.min(w.answer - committed));
                 while ahead.len() < want.max(1) {
                     let Some(r) = drafter.next_ready else { break };
                     t = t.max(r);
-                    fill(t, &mut drafter, &mut control, &mut ahead, 0, ctx, &mut spent);
+                    fill(t, &mut drafter, &mut control, &mut ahead, &[], ctx, &mut spent, &mut rng);
                 }
-                let n = ahead.len().min(max_batch).min(w.answer - committed).max(1);
-                for _ in 0..n.min(ahead.len()) {
-                    ahead.pop_front();
-                }
+                let take = ahead.len().min(max_batch).min(w.answer - committed);
+                let batch: Vec<Outcome> = ahead.drain(..take).map(|(_, o)| o).collect();
+                let n = batch.len();
                 if drafter.next_ready.is_none() && !drafter.held {
                     drafter.next_ready = Some(t + drafter.per_token);
                 }
@@ -282,8 +319,8 @@ fn run_schedule(
                 npu_busy += vt;
                 verifications += 1;
                 // The drafter kept drafting during the verification.
-                fill(t, &mut drafter, &mut control, &mut ahead, n, ctx + n, &mut spent);
-                let a = accepted(n, w.alpha, &mut rng);
+                fill(t, &mut drafter, &mut control, &mut ahead, &batch, ctx + n, &mut spent, &mut rng);
+                let a = accepted(&batch);
                 if let Some(ctl) = control.as_mut() {
                     ctl.on_verified(a == n);
                 }
@@ -294,7 +331,9 @@ fn run_schedule(
                     ahead.clear();
                     drafter.next_ready = Some(t + drafter.per_token);
                 } else {
-                    committed += n;
+                    // Every draft accepted (a forward with none, nothing being ready, still
+                    // commits the target's own next token).
+                    committed += n.max(1);
                     if drafter.held {
                         drafter.next_ready = Some(t + drafter.per_token);
                     }
@@ -340,6 +379,7 @@ mod tests {
             prompt: 128,
             answer: 256,
             alpha,
+            verdicts: Vec::new(),
             seed: 7,
         }
     }
@@ -413,5 +453,41 @@ mod tests {
         assert!(held.pim_busy_s < free.pim_busy_s && held.verifications >= free.verifications, "{held:?} vs {free:?}");
         assert_eq!(verdicts.get(), held.verifications);
         assert!(batches.get() > 0);
+    }
+
+    /// Keeps drafting while the last finished batch's mean entropy is low.
+    struct Calm {
+        last: f64,
+    }
+
+    impl DraftingControl for Calm {
+        fn record_batch(&mut self, mean_entropy: f64) {
+            self.last = mean_entropy;
+        }
+        fn keep_drafting(&mut self, _: usize) -> bool {
+            self.last < 1.0
+        }
+        fn on_verified(&mut self, _: bool) {}
+    }
+
+    /// Drafts drawn from measured (entropy, accepted) pairs carry their entropies to the
+    /// drafting control: where refusals come with high entropy, a control that stops on it
+    /// wastes fewer drafts; where entropy says nothing, it changes nothing.
+    #[test]
+    fn drawn_drafts_carry_their_entropy_to_the_control() {
+        let profile = DeviceProfile::builtin("sm8750").unwrap();
+        let pim = PimProfile::lpddr5().unwrap();
+        let calm = || -> Box<dyn DraftingControl> { Box::new(Calm { last: 0.0 }) };
+        let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
+        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 };
+        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 1 };
+        let telling = SpecWorkload { verdicts: vec![(0.1, true), (0.1, true), (0.1, true), (3.0, false)], ..workload(0.0) };
+        assert_eq!(telling.acceptance(), 0.75);
+        let r = simulate_schedules(&telling, &profile, &pim, &[free, held], rule, &calm).unwrap();
+        assert_eq!((r[0].tokens, r[1].tokens), (256, 256));
+        assert!(r[1].wasted_drafts < r[0].wasted_drafts, "{:?} vs {:?}", r[1], r[0]);
+        let mute = SpecWorkload { verdicts: vec![(0.1, true), (0.1, true), (0.1, true), (0.1, false)], ..workload(0.0) };
+        let r = simulate_schedules(&mute, &profile, &pim, &[free, held], rule, &calm).unwrap();
+        assert_eq!((r[0].drafted, r[0].wasted_drafts, r[0].time_s), (r[1].drafted, r[1].wasted_drafts, r[1].time_s));
     }
 }

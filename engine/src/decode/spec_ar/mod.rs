@@ -415,6 +415,7 @@ fn run_in_turn(
         let t = Instant::now();
         let v = verifier.verify(&drafts, true, settings, rng)?;
         stats.trace.span(run.t0, t, SpecTask::Verify, v.forward_tokens, v.offered, v.accepted);
+        stats.trace.record_verdicts(drafts.iter().map(|d| d.entropy), v.offered, v.accepted);
         stats.offered += v.offered;
         stats.accepted += v.accepted;
         if v.accepted < v.offered {

@@ -243,6 +243,7 @@ fn verify_loop(
         let t = Instant::now();
         let v = verifier.verify(&batch, false, settings, rng)?;
         stats.trace.span(run.t0, t, SpecTask::Verify, v.forward_tokens, v.offered, v.accepted);
+        stats.trace.record_verdicts(batch.iter().map(|d| d.entropy), v.offered, v.accepted);
         if let Ok(mut c) = clock.verifier.lock() {
             *c = None;
         }

@@ -34,6 +34,10 @@ pub struct SpecTrace {
     pub spans: Vec<SpecSpan>,
     /// (seconds since the run began, drafts waiting for verification).
     pub queue_depth: Vec<(f64, usize)>,
+    /// Each judged draft's entropy (nats) and whether the target accepted it, in verification
+    /// order: the accepted drafts of a verification and its first refused one (drafts after a
+    /// refusal are not judged). The simulated phone draws its drafts from these.
+    pub verdicts: Vec<(f64, bool)>,
 }
 
 /// Name of the queue-depth counter on the timeline.
@@ -59,12 +63,20 @@ impl SpecTrace {
         self.spans.push(SpecSpan { task, start_s, dur_s, tokens, offered, accepted });
     }
 
+    /// Records the judged drafts of one verification: the first `accepted` of `entropies`
+    /// accepted, the next one refused if `accepted < offered`.
+    pub(crate) fn record_verdicts(&mut self, entropies: impl Iterator<Item = f64>, offered: usize, accepted: usize) {
+        let judged = if accepted < offered { accepted + 1 } else { accepted };
+        self.verdicts.extend(entropies.take(judged).enumerate().map(|(i, h)| (h, i < accepted)));
+    }
+
     /// Adds another trace's spans and samples (the drafter thread's), keeping time order.
     pub(crate) fn merge(&mut self, other: SpecTrace) {
         self.spans.extend(other.spans);
         self.spans.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
         self.queue_depth.extend(other.queue_depth);
         self.queue_depth.sort_by(|a, b| a.0.total_cmp(&b.0));
+        self.verdicts.extend(other.verdicts);
     }
 
     /// The trace as a timeline on `device`: drafts on the Drafter lane, verifications on the
