@@ -308,10 +308,14 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
     use unmask_engine::backend::vnpu::pim::PimProfile;
     use unmask_engine::backend::vnpu::profile::DeviceProfile;
     use unmask_engine::backend::vnpu::replay::ModelPreset;
-    use unmask_engine::backend::vnpu::spec_schedule::{simulate_schedules, SimSchedule, SpecWorkload};
-    use unmask_engine::backend::vnpu::spec_schedule::DraftingControl;
+    use unmask_engine::backend::vnpu::spec_schedule::{
+        simulate_schedules, DraftOutcomes, DraftingControl, SimSchedule, SpecWorkload,
+    };
     use unmask_engine::decode::spec_ar::control::{worthwhile_batch, EntropyHistoryControl};
 
+    if measured.is_empty() {
+        anyhow::bail!("specar: the async run judged no drafts, nothing to draw the simulated drafts from");
+    }
     let profile = DeviceProfile::builtin("sm8750")?;
     let pim = PimProfile::lpddr5()?;
     // Ours runs the decoder's default controls: the time-aware batch rule and the
@@ -325,14 +329,13 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
         ("async-pim-no-drafting-control", SimSchedule::AsyncPim { max_batch: 8, max_ahead: real.max_ahead, control_batch: 0 }),
     ];
     let new_control = || -> Box<dyn DraftingControl> { Box::new(EntropyHistoryControl::new(real.h_max)) };
-    let run = |alpha: f64, verdicts: &[(f64, bool)]| -> Result<Value> {
+    let run = |outcomes: DraftOutcomes| -> Result<Value> {
         let w = SpecWorkload {
             target: ModelPreset::Llama3_8B.config(),
             draft: ModelPreset::Llama32_1B.config(),
             prompt: 128,
             answer,
-            alpha,
-            verdicts: verdicts.to_vec(),
+            outcomes,
             seed: 11,
         };
         let alpha = w.acceptance();
@@ -345,17 +348,14 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
             .collect();
         Ok(json!({"alpha": alpha, "schedules": m}))
     };
-    if measured.is_empty() {
-        anyhow::bail!("specar: the async run judged no drafts, nothing to draw the simulated drafts from");
-    }
-    let sweep: Vec<Value> = [0.5, 0.6, 0.7, 0.8, 0.9].iter().map(|&a| run(a, &[])).collect::<Result<_>>()?;
+    let sweep: Vec<Value> = [0.5, 0.6, 0.7, 0.8, 0.9].iter().map(|&a| run(DraftOutcomes::Iid(a))).collect::<Result<_>>()?;
     Ok(json!({
         "simulated": true,
         "device": "sm8750 NPU (verifier) + lpddr5-pim (drafter), engine/profiles",
         "target": "Llama-3-8B shapes (W4A16 as the validated NPU deployments)", "draft": "Llama-3.2-1B shapes (INT8 on PIM)",
         "prompt": 128, "answer": answer,
         "alpha_source": format!("at_measured_alpha: each draft's outcome drawn from the {} (entropy, accepted) pairs judged in this run's async tiny-ar/tiny-draft decoding (alpha = their accepted fraction); alpha_sweep: i.i.d. acceptance at alpha, no entropy", measured.len()),
-        "at_measured_alpha": run(f64::NAN, measured)?,
+        "at_measured_alpha": run(DraftOutcomes::Measured(measured.to_vec()))?,
         "alpha_sweep": sweep,
         "note": "npu-only stands in for AHASD's GPU-only baseline (no GPU profile); sync-pim is SpecPIM's operator-level mapping with its fixed draft length 8; async-pim (ours) runs the decoder's default controls (time-aware batch rule, entropy-history drafting control with batch 2, fed the drawn drafts' entropies; in the i.i.d. sweep every batch falls in one entropy bin, so there it learns from the leading length and the verdicts alone), async-pim-no-drafting-control fills its queue up to max_ahead",
     }))

@@ -13,7 +13,7 @@
 //!
 //! Each draft gets an outcome when it is drafted (seeded): either drawn from measured
 //! (entropy, accepted) pairs of a real run, so the drafting control sees the entropies that go
-//! with acceptance, or accepted with probability `alpha` and no entropy, the i.i.d. model of
+//! with acceptance, or accepted with a fixed probability and no entropy, the i.i.d. model of
 //! Leviathan et al. §3. A verification accepts its drafts up to the first refused one.
 
 use std::collections::VecDeque;
@@ -67,12 +67,18 @@ pub struct SpecWorkload {
     pub draft: ModelConfig,
     pub prompt: usize,
     pub answer: usize,
-    /// Per-draft acceptance probability (used when `verdicts` is empty).
-    pub alpha: f64,
-    /// Measured (entropy in nats, accepted) pairs each draft's outcome is drawn from, uniformly
-    /// with replacement; empty: i.i.d. acceptance at `alpha`, entropy 0.
-    pub verdicts: Vec<(f64, bool)>,
+    pub outcomes: DraftOutcomes,
     pub seed: u64,
+}
+
+/// Where each simulated draft's fate comes from.
+#[derive(Debug, Clone)]
+pub enum DraftOutcomes {
+    /// Accepted with this probability, entropy 0.
+    Iid(f64),
+    /// Drawn uniformly, with replacement, from measured (entropy in nats, accepted) pairs (not
+    /// empty).
+    Measured(Vec<(f64, bool)>),
 }
 
 /// A draft's fate, fixed when it is drafted.
@@ -85,20 +91,20 @@ struct Outcome {
 impl SpecWorkload {
     /// The outcome of the next draft.
     fn draw(&self, rng: &mut ChaCha8Rng) -> Outcome {
-        if self.verdicts.is_empty() {
-            Outcome { entropy: 0.0, accepted: rng.random::<f64>() < self.alpha }
-        } else {
-            let (entropy, accepted) = self.verdicts[rng.random_range(0..self.verdicts.len())];
-            Outcome { entropy, accepted }
+        match &self.outcomes {
+            DraftOutcomes::Iid(alpha) => Outcome { entropy: 0.0, accepted: rng.random::<f64>() < *alpha },
+            DraftOutcomes::Measured(v) => {
+                let (entropy, accepted) = v[rng.random_range(0..v.len())];
+                Outcome { entropy, accepted }
+            }
         }
     }
 
     /// Per-draft acceptance of the model drafts follow (what the batch rule is told).
     pub fn acceptance(&self) -> f64 {
-        if self.verdicts.is_empty() {
-            self.alpha
-        } else {
-            self.verdicts.iter().filter(|v| v.1).count() as f64 / self.verdicts.len() as f64
+        match &self.outcomes {
+            DraftOutcomes::Iid(alpha) => *alpha,
+            DraftOutcomes::Measured(v) => v.iter().filter(|p| p.1).count() as f64 / v.len().max(1) as f64,
         }
     }
 }
@@ -378,8 +384,7 @@ mod tests {
             draft: ModelPreset::Llama32_1B.config(),
             prompt: 128,
             answer: 256,
-            alpha,
-            verdicts: Vec::new(),
+            outcomes: DraftOutcomes::Iid(alpha),
             seed: 7,
         }
     }
@@ -481,12 +486,12 @@ mod tests {
         let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
         let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 };
         let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 1 };
-        let telling = SpecWorkload { verdicts: vec![(0.1, true), (0.1, true), (0.1, true), (3.0, false)], ..workload(0.0) };
+        let telling = SpecWorkload { outcomes: DraftOutcomes::Measured(vec![(0.1, true), (0.1, true), (0.1, true), (3.0, false)]), ..workload(0.0) };
         assert_eq!(telling.acceptance(), 0.75);
         let r = simulate_schedules(&telling, &profile, &pim, &[free, held], rule, &calm).unwrap();
         assert_eq!((r[0].tokens, r[1].tokens), (256, 256));
         assert!(r[1].wasted_drafts < r[0].wasted_drafts, "{:?} vs {:?}", r[1], r[0]);
-        let mute = SpecWorkload { verdicts: vec![(0.1, true), (0.1, true), (0.1, true), (0.1, false)], ..workload(0.0) };
+        let mute = SpecWorkload { outcomes: DraftOutcomes::Measured(vec![(0.1, true), (0.1, true), (0.1, true), (0.1, false)]), ..workload(0.0) };
         let r = simulate_schedules(&mute, &profile, &pim, &[free, held], rule, &calm).unwrap();
         assert_eq!((r[0].drafted, r[0].wasted_drafts, r[0].time_s), (r[1].drafted, r[1].wasted_drafts, r[1].time_s));
     }

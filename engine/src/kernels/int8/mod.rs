@@ -259,6 +259,31 @@ mod tests {
         (sw, sx)
     }
 
+    /// Every ISA that runs `w` against the reference on the padded codes `qx` (`m` rows) and
+    /// `qw`: exact when `exact`, else within 1e-5 of the largest output.
+    #[allow(clippy::too_many_arguments)]
+    fn check_against_reference(
+        w: &Int8Weights,
+        qx: &[i8],
+        sx: &[f32],
+        m: usize,
+        qw: &[i8],
+        sw: &[f32],
+        exact: bool,
+        label: &str,
+    ) -> Result<(), TestCaseError> {
+        let mut want = vec![0.0f32; m * w.n];
+        reference_gemm(qx, sx, m, qw, sw, w.n, w.kp, w.group, &mut want);
+        let tol = if exact { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
+        for isa in isas(w) {
+            let got = run(isa, w, qx, sx, m);
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= tol, "{:?} {}: {} vs {}", isa, label, a, b);
+            }
+        }
+        Ok(())
+    }
+
     fn pad(q: &[i8], rows: usize, k: usize, kp: usize) -> Vec<i8> {
         let mut out = vec![0i8; rows * kp];
         for r in 0..rows {
@@ -302,15 +327,7 @@ mod tests {
             let qxp = pad(&qx, m, k, kp);
             for layout in LAYOUTS {
                 let w = packed(layout, n, k, group, &qw, &sw);
-                let mut want = vec![0.0f32; m * n];
-                reference_gemm(&qxp, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
-                let scale = want.iter().fold(1e-6f32, |a, v| a.max(v.abs()));
-                for isa in isas(&w) {
-                    let got = run(isa, &w, &qxp, &sx, m);
-                    for (a, b) in got.iter().zip(&want) {
-                        prop_assert!((a - b).abs() <= 1e-5 * scale, "{:?} {:?}: {} vs {}", isa, layout, a, b);
-                    }
-                }
+                check_against_reference(&w, &qxp, &sx, m, &pad(&qw, n, k, kp), &sw, false, &format!("{layout:?}"))?;
             }
         }
 
@@ -329,15 +346,7 @@ mod tests {
                 let (sw, sx) = if unit { (vec![1.0; n * ng], vec![1.0; m]) } else { (sw.clone(), sx.clone()) };
                 let w8 = packed(Layout::Quad4, n, k, group, &qw, &sw);
                 let w = if nib { w8.into_nibbles().ok().expect("codes are in [-8, 7]") } else { w8 };
-                let mut want = vec![0.0f32; m * n];
-                reference_gemm(&qx, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w.group, &mut want);
-                let tol = if unit { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
-                for isa in isas(&w) {
-                    let got = run(isa, &w, &qx, &sx, m);
-                    for (a, b) in got.iter().zip(&want) {
-                        prop_assert!((a - b).abs() <= tol, "{:?} unit={}: {} vs {}", isa, unit, a, b);
-                    }
-                }
+                check_against_reference(&w, &qx, &sx, m, &pad(&qw, n, k, kp), &sw, unit, &format!("unit={unit}"))?;
             }
         }
 
@@ -357,15 +366,7 @@ mod tests {
                 let w4 = w8.clone().into_nibbles().ok().expect("codes are in [-8, 7]");
                 prop_assert!(w4.nibbles && w4.bytes() < w8.bytes());
                 prop_assert_eq!(w4.unpack(), w8.unpack());
-                let mut want = vec![0.0f32; m * n];
-                reference_gemm(&qx, &sx, m, &pad(&qw, n, k, kp), &sw, n, kp, w8.group, &mut want);
-                let tol = if unit { 0.0 } else { 1e-5 * want.iter().fold(1e-6f32, |a, v| a.max(v.abs())) };
-                for isa in isas(&w4) {
-                    let got = run(isa, &w4, &qx, &sx, m);
-                    for (a, b) in got.iter().zip(&want) {
-                        prop_assert!((a - b).abs() <= tol, "{:?} unit={}: {} vs {}", isa, unit, a, b);
-                    }
-                }
+                check_against_reference(&w4, &qx, &sx, m, &pad(&qw, n, k, kp), &sw, unit, &format!("unit={unit}"))?;
             }
         }
 

@@ -116,51 +116,51 @@ struct Tile {
     next_lines: usize,
 }
 
-/// A position in a panel-ordered scale array of either form.
+/// The start of a panel-ordered scale array of either form; the kernels' `F16` parameter says
+/// which (`WeightScales::is_f16`).
 #[derive(Clone, Copy)]
-struct ScalePtr {
-    f32s: *const f32,
-    f16s: *const u16,
-}
+struct ScalePtr(*const u8);
 
 impl ScalePtr {
     fn new(s: &WeightScales) -> Self {
         match s {
-            WeightScales::F32(v) => ScalePtr { f32s: v.as_ptr(), f16s: std::ptr::null() },
-            // `half::f16` is a transparent u16.
-            WeightScales::F16(v) => ScalePtr { f32s: std::ptr::null(), f16s: v.as_ptr() as *const u16 },
+            WeightScales::F32(v) => ScalePtr(v.as_ptr() as *const u8),
+            WeightScales::F16(v) => ScalePtr(v.as_ptr() as *const u8),
         }
     }
 
-    fn at(self, i: usize) -> Self {
-        ScalePtr { f32s: self.f32s.wrapping_add(i), f16s: self.f16s.wrapping_add(i) }
+    /// Address of scale `i`.
+    fn at<const F16: bool>(self, i: usize) -> *const u8 {
+        self.0.wrapping_add(i * if F16 { 2 } else { 4 })
     }
 
-    /// 16 scales from here as f32 (`F16`: the array is f16).
+    /// Scales `i..i+16` as f32.
     ///
     /// # Safety
-    /// AVX-512 F; 16 scales of the `F16` form lie here.
+    /// AVX-512 F; 16 scales of the `F16` form lie there.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn zmm<const F16: bool>(self) -> __m512 {
+    unsafe fn zmm<const F16: bool>(self, i: usize) -> __m512 {
+        let p = self.at::<F16>(i);
         if F16 {
-            _mm512_cvtph_ps(_mm256_lddqu_si256(self.f16s as *const __m256i))
+            _mm512_cvtph_ps(_mm256_lddqu_si256(p as *const __m256i))
         } else {
-            _mm512_maskz_loadu_ps(0xFFFF, self.f32s)
+            _mm512_maskz_loadu_ps(0xFFFF, p as *const f32)
         }
     }
 
-    /// 8 scales from here as f32 (`F16`: the array is f16).
+    /// Scales `i..i+8` as f32.
     ///
     /// # Safety
-    /// AVX2 and F16C; 8 scales of the `F16` form lie here.
+    /// AVX2 and F16C; 8 scales of the `F16` form lie there.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn ymm<const F16: bool>(self) -> __m256 {
+    unsafe fn ymm<const F16: bool>(self, i: usize) -> __m256 {
+        let p = self.at::<F16>(i);
         if F16 {
-            _mm256_cvtph_ps(_mm_lddqu_si128(self.f16s as *const __m128i))
+            _mm256_cvtph_ps(_mm_lddqu_si128(p as *const __m128i))
         } else {
-            _mm256_castsi256_ps(_mm256_lddqu_si256(self.f32s as *const __m256i))
+            _mm256_castsi256_ps(_mm256_lddqu_si256(p as *const __m256i))
         }
     }
 }
@@ -188,7 +188,8 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     let (low4, eight) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(8));
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
     let mut wp = w.data.as_ptr().wrapping_add(t.p0 * pstride);
-    let sb = ScalePtr::new(&w.scales).at(t.p0 * ng * PANEL);
+    let sb = ScalePtr::new(&w.scales);
+    let s0 = t.p0 * ng * PANEL;
     let mut xp = t.x;
     // Prefetching pays where a panel outgrows L1's share (k = 4096); on small panels (k = 192)
     // it only costs issue slots.
@@ -242,7 +243,7 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
         if GROUPED {
             each_row!(NP, p, {
                 // SAFETY: group g of panel p0+p is inside `scales` (of the form `F16` says).
-                let s = sb.at(p * ng * PANEL + g * PANEL).zmm::<F16>();
+                let s = sb.zmm::<F16>(s0 + p * ng * PANEL + g * PANEL);
                 each_row!(MR, r, {
                     facc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][p]), s, facc[r][p]);
                 });
@@ -252,7 +253,7 @@ unsafe fn vnni_tile<const MR: usize, const NP: usize, const NIB: bool, const GRO
     if !GROUPED {
         each_row!(NP, p, {
             // SAFETY: the one group of panel p0+p is inside `scales` (f32: no f16 without groups).
-            let s = sb.at(p * ng * PANEL).zmm::<false>();
+            let s = sb.zmm::<false>(s0 + p * ng * PANEL);
             each_row!(MR, r, {
                 facc[r][p] = _mm512_mul_ps(_mm512_cvtepi32_ps(iacc[r][p]), s);
             });
@@ -346,7 +347,8 @@ unsafe fn avx2_tile<const MR: usize, const NIB: bool, const F16: bool>(
     let (steps, subs) = if NIB { (quads / 2, 2) } else { (quads, 1) };
     let (low4, eight) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
     let mut wp = w.data.as_ptr().wrapping_add(p * w.panel_bytes());
-    let sb = ScalePtr::new(&w.scales).at(p * ng * PANEL);
+    let sb = ScalePtr::new(&w.scales);
+    let s0 = p * ng * PANEL;
     let mut xr = [xq.data.as_ptr(); MR];
     for (r, x) in xr.iter_mut().enumerate() {
         *x = x.wrapping_add((i0 + r) * kp);
@@ -389,11 +391,11 @@ unsafe fn avx2_tile<const MR: usize, const NIB: bool, const F16: bool>(
             }
         }
         // SAFETY: group g's 16 scales of panel p lie inside `scales` (of the form `F16` says).
-        let s0 = sb.at(g * PANEL).ymm::<F16>();
-        let s1 = sb.at(g * PANEL + 8).ymm::<F16>();
+        let lo = sb.ymm::<F16>(s0 + g * PANEL);
+        let hi = sb.ymm::<F16>(s0 + g * PANEL + 8);
         for r in 0..MR {
-            facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][0]), s0, facc[r][0]);
-            facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][1]), s1, facc[r][1]);
+            facc[r][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][0]), lo, facc[r][0]);
+            facc[r][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][1]), hi, facc[r][1]);
         }
     }
     let n = w.n;
