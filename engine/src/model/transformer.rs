@@ -118,6 +118,10 @@ pub struct Scratch {
     head_in: Vec<f32>,
     /// Positions of all rows of the packed block, sequence after sequence.
     positions: Vec<usize>,
+    /// Packed rows whose final hidden state the LM head reads (ascending, unique), and their
+    /// positions: the last layer computes queries, attention output and FFN for these only.
+    head_rows: Vec<usize>,
+    head_pos: Vec<usize>,
     /// Per sequence: the cached positions it attends to, and its key positions (cached, then
     /// its block).
     cached: Vec<Vec<usize>>,
@@ -168,6 +172,8 @@ impl Scratch {
         grow(&mut self.up, rows * ffn);
         grow(&mut self.head_in, rows * h);
         self.positions.reserve(rows);
+        self.head_rows.reserve(rows);
+        self.head_pos.reserve(rows);
         self.rows = rows;
         self.ctx = ctx;
     }
@@ -384,16 +390,41 @@ impl Transformer {
             self.weights.embedding.row_into(t as usize, row);
         }
         // Linear layers cost the same per row whichever sequence it belongs to; attention is
-        // counted per sequence.
-        let mut linear_flops = 0.0f64;
+        // counted per sequence. `row_flops` ran on every row, `head_row_flops` (the last layer
+        // past its K/V) on the LM head's rows only.
+        let (mut row_flops, mut head_row_flops) = (0.0f64, 0.0f64);
         let mut attn_flops = vec![0.0f64; items.len()];
         let moe_exec = self.moe_execution();
         let mut moe_stats = MoeStats::default();
-        for li in 0..self.weights.layers.len() {
-            linear_flops += layers.with_layer(li, &mut |layer: &LayerWeights| {
+        // Only the LM head's rows leave the last layer: the other rows still feed it their K/V
+        // (and write them to the cache), but their queries, attention output and FFN would be
+        // computed for nothing. Saves (n - m)/n of one layer's work besides K/V: a large share
+        // of a shallow model's block-start refresh, a small one of a deep model's.
+        let mut head_rows = std::mem::take(&mut sc.head_rows);
+        head_rows.clear();
+        let mut start = 0;
+        for it in items.iter() {
+            head_rows.extend(it.req.logits_rows.iter().map(|&r| start + r));
+            start += it.req.tokens.len();
+        }
+        head_rows.sort_unstable();
+        head_rows.dedup();
+        let n_layers = self.weights.layers.len();
+        for li in 0..n_layers {
+            let last = li + 1 == n_layers;
+            let out_rows = last.then_some(&head_rows[..]);
+            let mut split = (0.0, 0.0);
+            layers.with_layer(li, &mut |layer: &LayerWeights| {
                 let moe = (&moe_exec, &mut moe_stats);
-                self.layer_forward(li, layer, sc, items, &mut attn_flops, moe)
+                split = self.layer_forward(li, layer, sc, items, out_rows, &mut attn_flops, moe)?;
+                Ok(split.0 + split.1)
             })?;
+            row_flops += split.0;
+            if last {
+                head_row_flops += split.1;
+            } else {
+                row_flops += split.1;
+            }
         }
         let mut moe = (moe_stats.layer_runs > 0).then(|| {
             self.moe.lock().unwrap_or_else(|p| p.into_inner()).1.merge(&moe_stats);
@@ -406,19 +437,22 @@ impl Transformer {
                 }
             }
         }
-        // LM head only for the requested rows (logit skipping), of every sequence at once.
+        // LM head only for the requested rows (logit skipping), of every sequence at once. The
+        // last layer left them packed in `head_rows` order.
         let m: usize = items.iter().map(|it| it.req.logits_rows.len()).sum();
         let xn = &mut sc.head_in[..m * h];
         let mut dst_rows = xn.chunks_exact_mut(h);
         let mut start = 0;
         for it in items.iter() {
             for &r in it.req.logits_rows {
+                let src = if n_layers > 0 { head_rows.partition_point(|&p| p < start + r) } else { start + r };
                 if let Some(dst) = dst_rows.next() {
-                    dst.copy_from_slice(&sc.x[(start + r) * h..(start + r + 1) * h]);
+                    dst.copy_from_slice(&sc.x[src * h..(src + 1) * h]);
                 }
             }
             start += it.req.tokens.len();
         }
+        sc.head_rows = head_rows;
         rmsnorm_rows_inplace(xn, &self.weights.final_norm, c.rms_eps);
         let mut logits = vec![0.0f32; m * c.vocab];
         if m > 0 {
@@ -429,15 +463,23 @@ impl Transformer {
         }
         if items.len() == 1 {
             let it = &items[0];
-            let flops = linear_flops + attn_flops[0] + 2.0 * (m * h * c.vocab) as f64;
+            let flops = row_flops + head_row_flops + attn_flops[0] + 2.0 * (m * h * c.vocab) as f64;
             let (rows, context_len) = (it.req.logits_rows.to_vec(), sc.k_pos[0].len());
             return Ok(vec![ForwardOutput { rows, logits, vocab: c.vocab, context_len, flops, moe }]);
         }
         let mut outs = Vec::with_capacity(items.len());
         let mut head_row = 0;
+        let mut r0 = 0;
+        let head_rows = &sc.head_rows;
         for (s, it) in items.iter().enumerate() {
             let (n, ms) = (it.req.tokens.len(), it.req.logits_rows.len());
-            let flops = linear_flops * n as f64 / total as f64 + attn_flops[s] + 2.0 * (ms * h * c.vocab) as f64;
+            let own_head_rows = head_rows.partition_point(|&p| p < r0 + n) - head_rows.partition_point(|&p| p < r0);
+            r0 += n;
+            let head_share = if head_rows.is_empty() { 0.0 } else { own_head_rows as f64 / head_rows.len() as f64 };
+            let flops = row_flops * n as f64 / total as f64
+                + head_row_flops * head_share
+                + attn_flops[s]
+                + 2.0 * (ms * h * c.vocab) as f64;
             outs.push(ForwardOutput {
                 rows: it.req.logits_rows.to_vec(),
                 logits: logits[head_row * c.vocab..(head_row + ms) * c.vocab].to_vec(),
@@ -453,66 +495,98 @@ impl Transformer {
         Ok(outs)
     }
 
-    /// One layer over the packed rows of `items`; returns the linear layers' FLOPs and adds each
-    /// sequence's attention FLOPs to `attn_flops`.
+    /// One layer over the packed rows of `items`; returns the linear layers' FLOPs (those of the
+    /// K/V projections, then the rest) and adds each sequence's attention FLOPs to `attn_flops`.
+    ///
+    /// With `out_rows` (ascending packed row indices), every row still produces its K/V, but
+    /// only those rows go on through attention and the FFN: their outputs are left in the first
+    /// `out_rows.len()` rows of the residual stream, in that order.
+    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         li: usize,
         w: &LayerWeights,
         sc: &mut Scratch,
         items: &mut [BatchItem<'_>],
+        out_rows: Option<&[usize]>,
         attn_flops: &mut [f64],
         (moe_exec, moe_stats): (&MoeExecution, &mut MoeStats),
-    ) -> Result<f64> {
+    ) -> Result<(f64, f64)> {
         let c = &self.config;
         let n: usize = items.iter().map(|it| it.req.tokens.len()).sum();
         let (h, hd) = (c.hidden, c.head_dim);
         let (qd, kvd) = (c.q_dim(), c.kv_dim());
         let mut flops = 0.0f64;
         let x = &mut sc.x[..n * h];
+        // Rows that go on past the K/V projections.
+        let nq = out_rows.map_or(n, <[usize]>::len);
 
         // --- attention ---
         let xn = &mut sc.xn[..n * h];
         xn.copy_from_slice(x);
         rmsnorm_rows_inplace(xn, &w.attn_norm, c.rms_eps);
-        let (q, k, v) = (&mut sc.q[..n * qd], &mut sc.k[..n * kvd], &mut sc.v[..n * kvd]);
-        w.wq.forward(xn, n, q);
+        let (k, v) = (&mut sc.k[..n * kvd], &mut sc.v[..n * kvd]);
         w.wk.forward(xn, n, k);
         w.wv.forward(xn, n, v);
-        flops += 2.0 * (n * h * (qd + 2 * kvd)) as f64;
-        add_bias(q, w.bq.as_deref());
+        let kv_flops = 2.0 * (n * h * 2 * kvd) as f64;
         add_bias(k, w.bk.as_deref());
         add_bias(v, w.bv.as_deref());
-        if let Some(qn) = &w.q_norm {
-            rmsnorm_rows_inplace(q, qn, c.rms_eps);
-        }
         if let Some(kn) = &w.k_norm {
             rmsnorm_rows_inplace(k, kn, c.rms_eps);
         }
-        self.rope.apply_rows(q, &sc.positions, c.n_heads, hd);
         self.rope.apply_rows(k, &sc.positions, c.n_kv_heads, hd);
+        let q_pos: &[usize] = match out_rows {
+            None => &sc.positions,
+            Some(rows) => {
+                // Ascending, so each row moves down onto a row already used.
+                for (i, &p) in rows.iter().enumerate() {
+                    if p != i {
+                        xn.copy_within(p * h..(p + 1) * h, i * h);
+                        x.copy_within(p * h..(p + 1) * h, i * h);
+                    }
+                }
+                sc.head_pos.clear();
+                sc.head_pos.extend(rows.iter().map(|&p| sc.positions[p]));
+                &sc.head_pos
+            }
+        };
+        let q = &mut sc.q[..nq * qd];
+        w.wq.forward(&xn[..nq * h], nq, q);
+        flops += 2.0 * (nq * h * qd) as f64;
+        add_bias(q, w.bq.as_deref());
+        if let Some(qn) = &w.q_norm {
+            rmsnorm_rows_inplace(q, qn, c.rms_eps);
+        }
+        self.rope.apply_rows(q, q_pos, c.n_heads, hd);
 
         let shape = HeadShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd };
         let mut r0 = 0;
         for (s, it) in items.iter_mut().enumerate() {
             let ns = it.req.tokens.len();
-            let (cached, k_pos) = (&sc.cached[s], &sc.k_pos[s]);
-            let (nc, ctx) = (cached.len(), k_pos.len());
-            // Context = cached rows, then the block's fresh rows (gathered into reused buffers).
-            let (kctx, vctx) = (&mut sc.kctx[..ctx * kvd], &mut sc.vctx[..ctx * kvd]);
-            if let Some(kc) = it.cache.as_deref() {
-                for (i, &p) in cached.iter().enumerate() {
-                    kc.copy_rows(li, p, &mut kctx[i * kvd..(i + 1) * kvd], &mut vctx[i * kvd..(i + 1) * kvd]);
-                }
-            }
+            // This sequence's query rows.
+            let (qa, qb) = match out_rows {
+                None => (r0, r0 + ns),
+                Some(rows) => (rows.partition_point(|&p| p < r0), rows.partition_point(|&p| p < r0 + ns)),
+            };
             let (ks, vs) = (&k[r0 * kvd..(r0 + ns) * kvd], &v[r0 * kvd..(r0 + ns) * kvd]);
-            kctx[nc * kvd..].copy_from_slice(ks);
-            vctx[nc * kvd..].copy_from_slice(vs);
-            let att = &mut sc.att[r0 * qd..(r0 + ns) * qd];
-            let qs = &q[r0 * qd..(r0 + ns) * qd];
-            let args = AttnArgs { q: qs, q_pos: it.req.positions, k: kctx, v: vctx, k_pos, shape, causal: c.causal };
-            attention_with(Simd::detect(), att, args, &mut sc.kt);
-            attn_flops[s] += 4.0 * (ns * ctx * qd) as f64;
+            if qb > qa {
+                let (cached, k_pos) = (&sc.cached[s], &sc.k_pos[s]);
+                let (nc, ctx) = (cached.len(), k_pos.len());
+                // Context = cached rows, then the block's fresh rows (gathered into reused buffers).
+                let (kctx, vctx) = (&mut sc.kctx[..ctx * kvd], &mut sc.vctx[..ctx * kvd]);
+                if let Some(kc) = it.cache.as_deref() {
+                    for (i, &p) in cached.iter().enumerate() {
+                        kc.copy_rows(li, p, &mut kctx[i * kvd..(i + 1) * kvd], &mut vctx[i * kvd..(i + 1) * kvd]);
+                    }
+                }
+                kctx[nc * kvd..].copy_from_slice(ks);
+                vctx[nc * kvd..].copy_from_slice(vs);
+                let att = &mut sc.att[qa * qd..qb * qd];
+                let qs = &q[qa * qd..qb * qd];
+                let args = AttnArgs { q: qs, q_pos: &q_pos[qa..qb], k: kctx, v: vctx, k_pos, shape, causal: c.causal };
+                attention_with(Simd::detect(), att, args, &mut sc.kt);
+                attn_flops[s] += 4.0 * ((qb - qa) * ctx * qd) as f64;
+            }
             if it.req.kv == KvMode::ReadWrite {
                 if let Some(kc) = it.cache.as_deref_mut() {
                     for (i, &p) in it.req.positions.iter().enumerate() {
@@ -522,22 +596,23 @@ impl Transformer {
             }
             r0 += ns;
         }
-        let att = &sc.att[..n * qd];
-        let o = &mut sc.o[..n * h];
-        w.wo.forward(att, n, o);
-        flops += 2.0 * (n * qd * h) as f64;
+        let x = &mut x[..nq * h];
+        let att = &sc.att[..nq * qd];
+        let o = &mut sc.o[..nq * h];
+        w.wo.forward(att, nq, o);
+        flops += 2.0 * (nq * qd * h) as f64;
         add_inplace(x, o);
 
         // --- feed-forward ---
-        let xn = &mut sc.xn[..n * h];
+        let xn = &mut sc.xn[..nq * h];
         xn.copy_from_slice(x);
         rmsnorm_rows_inplace(xn, &w.ffn_norm, c.rms_eps);
-        let xn = &sc.xn[..n * h];
+        let xn = &sc.xn[..nq * h];
         match &w.ffn {
             FeedForward::Dense { gate, up, down } => {
                 let f = gate.n_out;
-                let (g, u, y) = (&mut sc.gate[..n * f], &mut sc.up[..n * f], &mut sc.o[..n * h]);
-                flops += swiglu_mlp(gate, up, down, xn, n, g, u, y);
+                let (g, u, y) = (&mut sc.gate[..nq * f], &mut sc.up[..nq * f], &mut sc.o[..nq * h]);
+                flops += swiglu_mlp(gate, up, down, xn, nq, g, u, y);
                 add_inplace(x, y);
             }
             FeedForward::Moe { router, experts } => {
@@ -545,10 +620,10 @@ impl Transformer {
                     return Err(EngineError::InvalidRequest("MoE weights without MoE config".into()));
                 };
                 let layer = MoeLayer { router, experts, top_k: moe.top_k, norm_topk_prob: moe.norm_topk_prob };
-                flops += moe_ffn(&layer, moe_exec, li, x, xn, n, h, moe_stats)?;
+                flops += moe_ffn(&layer, moe_exec, li, x, xn, nq, h, moe_stats)?;
             }
         }
-        Ok(flops)
+        Ok((kv_flops, flops))
     }
 }
 

@@ -57,7 +57,10 @@ pub fn calibrate_moe(
                 continue;
             }
             let positions: Vec<usize> = (0..n).collect();
-            let req = ForwardRequest { tokens: &tokens[..n], positions: &positions, logits_rows: &[], kv: KvMode::Ignore };
+            // Every row's logits asked for, so the last layer routes every token too (it runs
+            // only the rows whose logits are read).
+            let req =
+                ForwardRequest { tokens: &tokens[..n], positions: &positions, logits_rows: &positions, kv: KvMode::Ignore };
             model.forward(&req, None)?;
             let stats = model.take_moe_stats();
             cal.record(n, &stats.expert_tokens)?;
