@@ -918,6 +918,30 @@ def render_specar(d):
                              g(x.get("verifications")), g(x.get("wasted_drafts"))])
         out.append(table(["alpha", "schedule", "tokens/s (sim)", "J/token (sim)", "NPU busy s", "PIM busy s",
                           "verifications", "wasted drafts"], rows))
+        knobs = sim.get("knob_sweep_at_measured_alpha") or []
+        if knobs:
+            base = next((x for x in knobs if x.get("name") == "sync-pim-draft-8"), {})
+            out.append(f"### specar: each schedule's knob at the measured outcomes ({SIM})\n")
+            out.append("The synchronous draft length, and the fewest drafts the asynchronous verifier waits for "
+                       "(`min_batch`), with and without the drafting control; ratios against `sync-pim-draft-8` "
+                       "(SpecPIM's fixed length, the headline's baseline).\n")
+            rows = []
+            for x in knobs:
+                tps, j = x.get("tokens_per_s"), x.get("j_per_token")
+                rows.append([f"`{x.get('name')}`", fx(tps, 2), fx(j, 3),
+                             fx(tps / base["tokens_per_s"], 2) if base and tps else "",
+                             fx(base["j_per_token"] / j, 2) if base and j else "",
+                             g(x.get("verifications")), g(x.get("drafted")), g(x.get("wasted_drafts"))])
+            out.append(table(["schedule", "tokens/s (sim)", "J/token (sim)", "throughput vs sync-8",
+                              "energy eff. vs sync-8", "verifications", "drafted", "wasted drafts"], rows))
+        front = sim.get("knob_frontier_iid") or []
+        if front:
+            out.append(f"Each family at its best setting per i.i.d. acceptance ({SIM}): the fastest setting and the one "
+                       "with the least energy per token.\n")
+            rows = [[fx(x.get("alpha"), 2), f"`{x.get('family')}`",
+                     f"{fx(x['fastest'].get('tokens_per_s'), 2)} (`{x['fastest'].get('name')}`)",
+                     f"{fx(x['leanest'].get('j_per_token'), 3)} (`{x['leanest'].get('name')}`)"] for x in front]
+            out.append(table(["alpha", "family", "best tokens/s (setting)", "least J/token (setting)"], rows))
     return "\n".join(out)
 
 

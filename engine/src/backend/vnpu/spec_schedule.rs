@@ -38,8 +38,10 @@ pub enum SimSchedule {
     NpuOnly { draft_len: usize },
     SyncPim { draft_len: usize },
     /// `control_batch`: drafts per batch of the drafting control (0 = no control: the drafter
-    /// fills the queue up to `max_ahead`).
-    AsyncPim { max_batch: usize, max_ahead: usize, control_batch: usize },
+    /// fills the queue up to `max_ahead`). `min_batch`: drafts the verifier waits for at least
+    /// (fewer, fuller verifications: each costs the target's whole weight stream); 1 leaves the
+    /// batch to the time-aware rule alone.
+    AsyncPim { max_batch: usize, max_ahead: usize, control_batch: usize, min_batch: usize },
 }
 
 /// Whether the asynchronous drafter drafts another batch ahead of verification, learning from
@@ -239,7 +241,7 @@ fn run_schedule(
                 committed += a + 1;
             }
         }
-        SimSchedule::AsyncPim { max_batch, max_ahead, control_batch } => {
+        SimSchedule::AsyncPim { max_batch, max_ahead, control_batch, min_batch } => {
             let mut control = (control_batch > 0).then(new_control);
             let (pim, draft_cfg) = (c.pim, c.draft_cfg);
             let draft = |ctx: usize| pim.token_cost(draft_cfg, ctx);
@@ -306,7 +308,8 @@ fn run_schedule(
                 let ctx = w.prompt + committed;
                 fill(t, &mut drafter, &mut control, &mut ahead, &[], ctx, &mut spent, &mut rng);
                 // Wait for the first draft, then for as many as are worth waiting for.
-                let want = batch_rule(alpha, verify_per_call, drafter.per_token, ahead.len(), max_batch.min(w.answer - committed));
+                let most = max_batch.min(w.answer - committed);
+                let want = batch_rule(alpha, verify_per_call, drafter.per_token, ahead.len(), most).max(min_batch.min(most));
                 while ahead.len() < want.max(1) {
                     let Some(r) = drafter.next_ready else { break };
                     t = t.max(r);
@@ -396,7 +399,7 @@ mod tests {
         let schedules = [
             SimSchedule::NpuOnly { draft_len: 4 },
             SimSchedule::SyncPim { draft_len: 8 },
-            SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 },
+            SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0, min_batch: 1 },
         ];
         let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
         let good = simulate_schedules(&workload(0.8), &profile, &pim, &schedules, rule, &no_control).unwrap();
@@ -449,8 +452,8 @@ mod tests {
         let (b2, v2) = (batches.clone(), verdicts.clone());
         let limit = move || -> Box<dyn DraftingControl> { Box::new(Limit { limit: 1, batches: b2.clone(), verdicts: v2.clone() }) };
         let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
-        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 };
-        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 2 };
+        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0, min_batch: 1 };
+        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 2, min_batch: 1 };
         let r = simulate_schedules(&workload(0.4), &profile, &pim, &[free, held], rule, &limit).unwrap();
         let (free, held) = (&r[0], &r[1]);
         assert_eq!((free.tokens, held.tokens), (256, 256));
@@ -458,6 +461,24 @@ mod tests {
         assert!(held.pim_busy_s < free.pim_busy_s && held.verifications >= free.verifications, "{held:?} vs {free:?}");
         assert_eq!(verdicts.get(), held.verifications);
         assert!(batches.get() > 0);
+    }
+
+    /// A verifier that waits for at least `min_batch` drafts verifies less often, with fuller
+    /// batches, and idles meanwhile: fewer target weight streams, a longer run.
+    #[test]
+    fn a_minimum_batch_means_fewer_fuller_verifications() {
+        let profile = DeviceProfile::builtin("sm8750").unwrap();
+        let pim = PimProfile::lpddr5().unwrap();
+        // The rule alone would verify whatever one draft is ready.
+        let rule: BatchRule = |_, _, _, _, _| 1;
+        let at = |m| SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0, min_batch: m };
+        let r = simulate_schedules(&workload(0.8), &profile, &pim, &[at(1), at(4)], rule, &no_control).unwrap();
+        let (eager, patient) = (&r[0], &r[1]);
+        assert_eq!((eager.tokens, patient.tokens), (256, 256));
+        assert!(patient.verifications < eager.verifications, "{patient:?} vs {eager:?}");
+        assert!(patient.npu_busy_s < eager.npu_busy_s, "{patient:?} vs {eager:?}");
+        let per = |x: &SpecSimResult| x.tokens as f64 / x.verifications as f64;
+        assert!(per(patient) > per(eager) + 0.5, "{patient:?} vs {eager:?}");
     }
 
     /// Keeps drafting while the last finished batch's mean entropy is low.
@@ -484,8 +505,8 @@ mod tests {
         let pim = PimProfile::lpddr5().unwrap();
         let calm = || -> Box<dyn DraftingControl> { Box::new(Calm { last: 0.0 }) };
         let rule: BatchRule = |_, _, _, ready, max| ready.min(max).max(1);
-        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0 };
-        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 1 };
+        let free = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 0, min_batch: 1 };
+        let held = SimSchedule::AsyncPim { max_batch: 8, max_ahead: 16, control_batch: 1, min_batch: 1 };
         let telling = SpecWorkload { outcomes: DraftOutcomes::Measured(vec![(0.1, true), (0.1, true), (0.1, true), (3.0, false)]), ..workload(0.0) };
         assert_eq!(telling.acceptance(), 0.75);
         let r = simulate_schedules(&telling, &profile, &pim, &[free, held], rule, &calm).unwrap();
