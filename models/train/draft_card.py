@@ -24,6 +24,15 @@ showed the need for more data; then the generator ran again and two starts of th
 threads were stopped after under 100 steps when another job's build took the cores (two threads
 on one free core ran at 0.3 steps/s; one thread at 1.4)."""
 
+# Tried after it and not adopted (same data and recipe, `bench/run specar` on the same machine).
+TRIED_AFTER = """Tried after it and not adopted: a wider, deeper draft on the same outputs and recipe
+(`init --d-model 192 --n-layers 3 --n-heads 6 --mlp-hidden 576`, 10.9 M parameters; 900 steps in
+9 min 17 s on two threads): validation agreement 0.522 (v1 tasks 0.536) against 0.479, and in
+`bench/run specar` sync acceptance 37.7 % against 34.0 % and 1.72 tokens per target forward against
+1.65, but 1.11x plain AR against 1.12x: its larger head and layers cost what the extra accepted
+drafts saved. What would pay is more acceptance at the same draft cost (more of SmolLM2's outputs
+to learn from: untested)."""
+
 
 def arch_table(cfg, params, weights_path):
     d, L, H, f = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["intermediate_size"]
@@ -166,6 +175,8 @@ agreement with SmolLM2 on held-out outputs (teacher-forced; an estimate of the p
 {float(evals[-1]['val_agreement']) * 100:.1f} % overall, {sum(v1) / max(1, len(v1)) * 100:.1f} % on the nine v1
 task families (val.jsonl). Per family: {', '.join(f'{k} {v * 100:.0f} %' for k, v in per.items())}.
 The curve is in `train_log.csv`. {HISTORY}
+
+{TRIED_AFTER}
 
 ## Evaluation: acceptance with SmolLM2 as target
 
