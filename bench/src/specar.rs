@@ -303,7 +303,8 @@ pub fn run(quick: bool) -> Result<Value> {
     let meets = |v: &&Value| {
         f(v, "tokens_per_s") / f(&sync_pim, "tokens_per_s") >= 1.5 && f(&sync_pim, "j_per_token") / f(v, "j_per_token") >= 1.24
     };
-    headline.insert("sim_async_settings_meeting_both_goals".into(), json!(knobs.iter().filter(|v| is(v, "async-pim")).filter(meets).count()));
+    let meeting = knobs.iter().filter(|v| is(v, "async-pim")).filter(meets).count();
+    headline.insert("sim_async_settings_meeting_both_goals".into(), json!(meeting));
     headline.insert("simulated".into(), json!(true));
     result.insert("simulated_sm8750".into(), sim);
     headline.insert("lossless".into(), json!(lossless));
@@ -323,7 +324,7 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
     use unmask_engine::backend::vnpu::profile::DeviceProfile;
     use unmask_engine::backend::vnpu::replay::ModelPreset;
     use unmask_engine::backend::vnpu::spec_schedule::{
-        simulate_schedules, DraftOutcomes, DraftingControl, SimSchedule, SpecWorkload,
+        simulate_schedules, DraftOutcomes, DraftingControl, SimSchedule, SpecSimResult, SpecWorkload,
     };
     use unmask_engine::decode::spec_ar::control::{worthwhile_batch, EntropyHistoryControl};
 
@@ -344,12 +345,12 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
     ];
     let new_control = || -> Box<dyn DraftingControl> { Box::new(EntropyHistoryControl::new(real.h_max)) };
     let workload = |outcomes: DraftOutcomes| SpecWorkload {
-            target: ModelPreset::Llama3_8B.config(),
-            draft: ModelPreset::Llama32_1B.config(),
-            prompt: 128,
-            answer,
-            outcomes,
-            seed: 11,
+        target: ModelPreset::Llama3_8B.config(),
+        draft: ModelPreset::Llama32_1B.config(),
+        prompt: 128,
+        answer,
+        outcomes,
+        seed: 11,
     };
     let run = |outcomes: DraftOutcomes| -> Result<Value> {
         let w = workload(outcomes);
@@ -378,7 +379,9 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
         }
     }
     let list: Vec<SimSchedule> = knobs.iter().map(|(_, s)| *s).collect();
-    let knob_runs = |outcomes: DraftOutcomes| simulate_schedules(&workload(outcomes), &profile, &pim, &list, worthwhile_batch, &new_control);
+    let run_knobs = |outcomes: DraftOutcomes| {
+        simulate_schedules(&workload(outcomes), &profile, &pim, &list, worthwhile_batch, &new_control)
+    };
     // Per i.i.d. acceptance, each family's best setting for throughput and for energy: where
     // (if anywhere) the asynchronous schedule overtakes a synchronous one tuned as well.
     let family_of = |name: &str| {
@@ -392,10 +395,14 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
     };
     let mut frontier = Vec::new();
     for alpha in [0.5, 0.6, 0.7, 0.8, 0.9] {
-        let runs = knob_runs(DraftOutcomes::Iid(alpha))?;
+        let runs = run_knobs(DraftOutcomes::Iid(alpha))?;
         for family in ["sync-pim", "async-pim", "async-pim-no-drafting-control"] {
-            let rows: Vec<(&str, &unmask_engine::backend::vnpu::spec_schedule::SpecSimResult)> =
-                knobs.iter().zip(&runs).filter(|((n, _), _)| family_of(n) == family).map(|((n, _), r)| (n.as_str(), r)).collect();
+            let rows: Vec<(&str, &SpecSimResult)> = knobs
+                .iter()
+                .zip(&runs)
+                .filter(|((n, _), _)| family_of(n) == family)
+                .map(|((n, _), r)| (n.as_str(), r))
+                .collect();
             let fastest = rows.iter().max_by(|a, b| a.1.tokens_per_s.total_cmp(&b.1.tokens_per_s));
             let leanest = rows.iter().min_by(|a, b| a.1.j_per_token.total_cmp(&b.1.j_per_token));
             if let (Some(f), Some(l)) = (fastest, leanest) {
@@ -405,10 +412,10 @@ fn simulate(measured: &[(f64, bool)], answer: usize) -> Result<Value> {
             }
         }
     }
-    let knob_runs = knob_runs(DraftOutcomes::Measured(measured.to_vec()))?;
+    let measured_runs = run_knobs(DraftOutcomes::Measured(measured.to_vec()))?;
     let knob_sweep: Vec<Value> = knobs
         .iter()
-        .zip(&knob_runs)
+        .zip(&measured_runs)
         .map(|((n, _), r)| json!({"name": n, "tokens_per_s": r.tokens_per_s, "j_per_token": r.j_per_token,
                                   "verifications": r.verifications, "drafted": r.drafted, "wasted_drafts": r.wasted_drafts}))
         .collect();

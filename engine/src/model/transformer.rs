@@ -10,6 +10,10 @@
 //! A forward that finds the scratch busy (the same model running on another thread) uses a
 //! private one.
 //!
+//! Every row gives every layer its K/V, but only the rows whose logits are asked for go through
+//! the last layer's queries, attention output and FFN (their hidden states are all the LM head
+//! reads).
+//!
 //! [`Transformer::forward_batch`] packs the blocks of several independent decodes into one
 //! forward (cross-request batching): every linear layer runs once over all their rows, only
 //! attention and the K/V caches stay per sequence. A single forward is a batch of one.

@@ -464,7 +464,7 @@ mod tests {
     }
 
     /// A verifier that waits for at least `min_batch` drafts verifies less often, with fuller
-    /// batches, and idles meanwhile: fewer target weight streams, a longer run.
+    /// batches: fewer target weight streams.
     #[test]
     fn a_minimum_batch_means_fewer_fuller_verifications() {
         let profile = DeviceProfile::builtin("sm8750").unwrap();
