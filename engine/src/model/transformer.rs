@@ -12,7 +12,7 @@
 //!
 //! Every row gives every layer its K/V, but only the rows whose logits are asked for go through
 //! the last layer's queries, attention output and FFN (their hidden states are all the LM head
-//! reads).
+//! reads; [`Transformer::forward_every_row`] runs them all).
 //!
 //! [`Transformer::forward_batch`] packs the blocks of several independent decodes into one
 //! forward (cross-request batching): every linear layer runs once over all their rows, only
@@ -89,6 +89,15 @@ pub trait LayerSource: Send {
     fn with_layer(&mut self, li: usize, f: &mut dyn FnMut(&LayerWeights) -> Result<f64>) -> Result<f64>;
     /// Runs `f` on the LM head.
     fn with_head(&mut self, f: &mut dyn FnMut(&Linear) -> Result<f64>) -> Result<f64>;
+}
+
+/// Which rows the last layer runs past their K/V projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowsPastKv {
+    /// Only those whose logits are asked for (the others' outputs are never read).
+    HeadRows,
+    /// Every row.
+    All,
 }
 
 /// The weights as loaded: every layer read in place.
@@ -295,7 +304,15 @@ impl Transformer {
         layers: &mut dyn LayerSource,
     ) -> Result<ForwardOutput> {
         let mut one = [BatchItem { req: req.clone(), cache }];
-        let mut out = self.forward_packed(&mut one, layers)?;
+        let mut out = self.forward_packed(&mut one, layers, RowsPastKv::HeadRows)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// [`Transformer::forward`] with every row run through every layer, the last included: what
+    /// observes every token's MoE routing (calibration) without asking for every row's logits.
+    pub fn forward_every_row(&self, req: &ForwardRequest, cache: Option<&mut KvCache>) -> Result<ForwardOutput> {
+        let mut one = [BatchItem { req: req.clone(), cache }];
+        let mut out = self.forward_packed(&mut one, &mut ResidentLayers(&self.weights), RowsPastKv::All)?;
         Ok(out.pop().unwrap_or_default())
     }
 
@@ -311,7 +328,7 @@ impl Transformer {
             .filter(|(_, ok)| ok.is_ok())
             .map(|(it, _)| BatchItem { req: it.req.clone(), cache: it.cache.as_deref_mut() })
             .collect();
-        let packed = self.forward_packed(&mut valid, &mut ResidentLayers(&self.weights));
+        let packed = self.forward_packed(&mut valid, &mut ResidentLayers(&self.weights), RowsPastKv::HeadRows);
         drop(valid);
         let mut packed = match packed {
             Ok(outs) => outs.into_iter().map(Ok).collect::<Vec<_>>().into_iter(),
@@ -338,12 +355,17 @@ impl Transformer {
     }
 
     /// The forward of one or more sequences packed row after row.
-    fn forward_packed(&self, items: &mut [BatchItem<'_>], layers: &mut dyn LayerSource) -> Result<Vec<ForwardOutput>> {
+    fn forward_packed(
+        &self,
+        items: &mut [BatchItem<'_>],
+        layers: &mut dyn LayerSource,
+        last_layer: RowsPastKv,
+    ) -> Result<Vec<ForwardOutput>> {
         if rayon::current_thread_index().is_none() {
             // Called from outside the worker pool: hand the whole forward to it once, instead of
             // once per kernel call (each hand-off is two context switches, which dominated small
             // models' decoding).
-            return rayon::scope(|_| self.forward_packed(items, layers));
+            return rayon::scope(|_| self.forward_packed(items, layers, last_layer));
         }
         for it in items.iter() {
             self.check(&it.req, it.cache.as_deref())?;
@@ -414,8 +436,9 @@ impl Transformer {
         head_rows.sort_unstable();
         head_rows.dedup();
         let n_layers = self.weights.layers.len();
+        let skips = n_layers > 0 && last_layer == RowsPastKv::HeadRows;
         for li in 0..n_layers {
-            let last = li + 1 == n_layers;
+            let last = skips && li + 1 == n_layers;
             let out_rows = last.then_some(&head_rows[..]);
             let mut split = (0.0, 0.0);
             layers.with_layer(li, &mut |layer: &LayerWeights| {
@@ -449,7 +472,7 @@ impl Transformer {
         let mut start = 0;
         for it in items.iter() {
             for &r in it.req.logits_rows {
-                let src = if n_layers > 0 { head_rows.partition_point(|&p| p < start + r) } else { start + r };
+                let src = if skips { head_rows.partition_point(|&p| p < start + r) } else { start + r };
                 if let Some(dst) = dst_rows.next() {
                     dst.copy_from_slice(&sc.x[src * h..(src + 1) * h]);
                 }

@@ -57,11 +57,10 @@ pub fn calibrate_moe(
                 continue;
             }
             let positions: Vec<usize> = (0..n).collect();
-            // Every row's logits asked for, so the last layer routes every token too (it runs
-            // only the rows whose logits are read).
-            let req =
-                ForwardRequest { tokens: &tokens[..n], positions: &positions, logits_rows: &positions, kv: KvMode::Ignore };
-            model.forward(&req, None)?;
+            // Every row through every layer (a plain forward runs the last layer only for rows
+            // whose logits are asked for), without computing any logits.
+            let req = ForwardRequest { tokens: &tokens[..n], positions: &positions, logits_rows: &[], kv: KvMode::Ignore };
+            model.forward_every_row(&req, None)?;
             let stats = model.take_moe_stats();
             cal.record(n, &stats.expert_tokens)?;
             progress(i + 1, prompts.len());
