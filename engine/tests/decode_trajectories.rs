@@ -16,7 +16,11 @@ fn root() -> PathBuf {
 }
 
 fn backend(name: &str) -> Box<dyn Backend> {
-    let (t, _) = load_transformer(&root().join("tests/golden").join(name)).expect("load tiny model");
+    backend_at(&root().join("tests/golden").join(name))
+}
+
+fn backend_at(dir: &Path) -> Box<dyn Backend> {
+    let (t, _) = load_transformer(dir).expect("load tiny model");
     Box::new(CpuBackend::new(Arc::new(t)))
 }
 
@@ -63,7 +67,10 @@ fn commits(f: &StepFrame) -> Vec<(usize, u32)> {
 }
 
 fn check_file(model: &str, file: &str) {
-    let mut be = backend(model);
+    check_with(backend(model), model, file);
+}
+
+fn check_with(mut be: Box<dyn Backend>, model: &str, file: &str) {
     let cases = load_cases(file);
     assert!(!cases.is_empty());
     for (ci, case) in cases.iter().enumerate() {
@@ -107,4 +114,24 @@ fn llada_trajectories_match_python_reference() {
 #[test]
 fn dream_trajectories_match_python_reference() {
     check_file("dream", "dream_trajectories.json");
+}
+
+/// The LLaDA model read with `shift_logits` (row p-1 predicts token p, as our AR-converted dLLMs
+/// may be trained): the loops fetch the shifted rows and still decode with LLaDA's scorer and
+/// schedule.
+#[test]
+fn shifted_llada_trajectories_match_python_reference() {
+    let src = root().join("tests/golden/llada");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for entry in std::fs::read_dir(&src).expect("golden dir") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+    }
+    let cfg_path = dir.path().join("config.json");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).expect("config")).expect("json");
+    cfg["shift_logits"] = Value::Bool(true);
+    std::fs::write(&cfg_path, cfg.to_string()).expect("write config");
+    let be = backend_at(dir.path());
+    assert!(be.config().shift_logits);
+    check_with(be, "llada_shifted", "llada_shifted_trajectories.json");
 }

@@ -52,7 +52,11 @@ class TorchLogits:
 
     @torch.no_grad()
     def logits(self, ids):
-        return self.model(torch.tensor([list(ids)], dtype=torch.long))[0].to(torch.float64).numpy()
+        lg = self.model(torch.tensor([list(ids)], dtype=torch.long))[0].to(torch.float64).numpy()
+        if self.model.cfg.shift_logits:
+            # Row p-1 predicts token p (position 0 by row 0), as the engine reads Dream.
+            lg = np.concatenate([lg[:1], lg[:-1]])
+        return lg
 
 
 def generate(model, prompt_ids, gen_length=16, block_length=16, steps=16, temperature=0.0,

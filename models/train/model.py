@@ -50,6 +50,9 @@ class TinyConfig:
     expert_hidden: int = 0
     # llama only: LM head = input embedding (the SmolLM2 draft; the tiny models are untied)
     tie_embeddings: bool = False
+    # llada only: row p-1 predicts token p (Dream's shift), so an AR model's next-token head keeps
+    # its meaning after conversion. Written to config.json only when set.
+    shift_logits: bool = False
 
     @property
     def head_dim(self):
@@ -91,6 +94,7 @@ class TinyConfig:
                 "rope": True,
                 "alibi": False,
                 "attention_layer_norm": False,
+                **({"shift_logits": True} if self.shift_logits else {}),
             }
         d = {
             "hidden_size": self.d_model,

@@ -252,11 +252,17 @@ def diffusion_loss(model, ids, maskable, gen, device):
     t = torch.rand(b, generator=gen)
     p_mask = ((1 - EPS) * t + EPS)[:, None].expand(b, L)
     masked = (torch.rand(b, L, generator=gen) < p_mask) & maskable
+    if model.cfg.shift_logits:
+        masked[:, 0] = False   # row p-1 predicts token p: position 0 (BOS) has no row to come from
     if not masked.any():   # keep every sequence's loss defined
-        masked[0, maskable[0].nonzero()[0]] = True
+        masked[0, maskable[0].nonzero()[-1]] = True
     noisy = torch.where(masked, torch.full_like(ids, MASK_ID), ids)
     masked_d = masked.to(device)
-    logits = model(noisy.to(device), rows=masked_d)
+    rows = masked
+    if model.cfg.shift_logits:
+        rows = torch.zeros_like(masked)
+        rows[:, :-1] = masked[:, 1:]
+    logits = model(noisy.to(device), rows=rows.to(device))
     tgt = ids.to(device)[masked_d]
     ce = F.cross_entropy(logits.float(), tgt, reduction="none") / p_mask.to(device)[masked_d]
     seq_of = torch.arange(b, device=device)[:, None].expand(b, L)[masked_d]

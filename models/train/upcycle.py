@@ -19,6 +19,9 @@ as the starting point of the AR twin; training then makes it causal.
 `--to llada` -- the reverse: a Llama (AR) checkpoint under LLaDA names, as the starting point of a
 dLLM (AR-to-diffusion adaptation, as Dream initialises from Qwen; here without logit shift, so the
 LLaDA layout and decoding stay exact); training then makes it bidirectional and mask-predicting.
+With `--shift` the logits stay shifted as Dream's (row p-1 predicts token p, `shift_logits` in
+config.json), so the AR model's next-token head keeps its meaning; an experiment of the recipe
+(the engine refuses such a LLaDA checkpoint for now).
 
 Usage (from the repository root; models/ckpt/ is git-ignored):
        python -m models.train.upcycle --dense models/tiny-llada --out models/ckpt/moe-init
@@ -51,6 +54,8 @@ def main():
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--to", choices=["llada_moe", "llama", "llada", "draft"], default="llada_moe")
     ap.add_argument("--keep-layers", type=int, default=2)
+    ap.add_argument("--shift", action="store_true",
+                    help="--to llada: keep the AR head's meaning (row p-1 predicts token p, Dream's shift)")
     a = ap.parse_args()
     if a.corpus:
         data.set_corpus_dir(a.corpus)
@@ -182,7 +187,8 @@ def to_llada(a):
     ar = load_hf(a.dense)
     ac = ar.cfg
     tok = Tokenizer.from_file(os.path.join(a.dense, "tokenizer.json"))
-    cfg = TinyConfig(**{**ac.__dict__, "arch": "llada", "eot_token_id": tok.token_to_id(data.EOT)})
+    cfg = TinyConfig(**{**ac.__dict__, "arch": "llada", "eot_token_id": tok.token_to_id(data.EOT),
+                        "shift_logits": a.shift})
     dllm = build(cfg)
     with torch.no_grad():
         for src, dst in model_pairs(ar, dllm):

@@ -22,8 +22,8 @@ pub fn model_kinds(cfg: &ModelConfig) -> Vec<String> {
     let mut out = Vec::new();
     if cfg.arch.is_diffusion() {
         out.push(KIND_DIFFUSION);
-        // The decoders pick the scorer by `shift_logits` (Dream) vs not (LLaDA).
-        out.push(if cfg.shift_logits || cfg.arch == Architecture::Dream { KIND_DREAM } else { KIND_LLADA });
+        // The decoders pick the scorer by family (a shifted LLaDA still decodes as LLaDA).
+        out.push(if cfg.arch == Architecture::Dream { KIND_DREAM } else { KIND_LLADA });
     } else {
         out.push(KIND_AUTOREGRESSIVE);
     }

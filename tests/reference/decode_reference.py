@@ -8,7 +8,8 @@ positions were committed and with which token ids. Tie rules, `min_gap` and the 
 zero-commit steps are described in `models/train/decoding.py`.
 
 Usage (from anywhere; numpy + safetensors): python3 tests/reference/decode_reference.py
-writes tests/golden/decode/{llada,dream}_trajectories.json (one thread; deterministic bytes)
+writes tests/golden/decode/{llada,llada_shifted,dream}_trajectories.json (one thread; deterministic
+bytes); `llada_shifted` is the same LLaDA model read with `shift_logits` (row p-1 predicts token p)
 """
 import json
 import os
@@ -35,7 +36,8 @@ from models.train.decoding import (  # noqa: E402,F401
 class Model:
     """A tiny checkpoint loaded once; `logits(ids)` is a bidirectional float64 forward."""
 
-    def __init__(self, name):
+    def __init__(self, name, shift=False):
+        self.shift = shift
         self.dir = os.path.join(ROOT, "tests", "golden", name)
         self.cfg = json.load(open(os.path.join(self.dir, "config.json")))
         self.W = {k: v.astype(np.float64) for k, v in load_file(os.path.join(self.dir, "model.safetensors")).items()}
@@ -44,7 +46,9 @@ class Model:
     def logits(self, ids):
         ids = np.asarray(ids, dtype=np.int64)
         if self.cfg["model_type"] == "llada":
-            return np_reference._forward_llada(self.cfg, self.W, ids)
+            lg = np_reference._forward_llada(self.cfg, self.W, ids)
+            # A shifted LLaDA (`shift_logits`, an AR-converted dLLM): row p-1 predicts token p.
+            return np.concatenate([lg[:1], lg[:-1]]) if self.shift else lg
         return np_reference._forward_hf(self.cfg, self.W, ids, causal=False)
 
 
@@ -103,11 +107,15 @@ def dream_cases(model):
 def main():
     out_dir = os.path.join(ROOT, "tests", "golden", "decode")
     os.makedirs(out_dir, exist_ok=True)
-    for name, make in [("llada", llada_cases), ("dream", dream_cases)]:
-        model = Model(name)
+    for name, dir_name, shift, make in [("llada", "llada", False, llada_cases),
+                                        ("llada_shifted", "llada", True, llada_cases),
+                                        ("dream", "dream", False, dream_cases)]:
+        model = Model(dir_name, shift=shift)
         cases = make(model)
-        doc = {"model": f"tests/golden/{name}", "mask_id": MASK, "eos_id": EOS, "temperature": 0.0,
+        doc = {"model": f"tests/golden/{dir_name}", "mask_id": MASK, "eos_id": EOS, "temperature": 0.0,
                "generator": "tests/reference/decode_reference.py", "cases": cases}
+        if shift:
+            doc["shift_logits"] = True
         path = os.path.join(out_dir, f"{name}_trajectories.json")
         with open(path, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=True)

@@ -109,14 +109,17 @@ pub fn generate_dyn(
 
 /// The scorer and transfer policy that fit `cfg` and `settings`.
 pub(crate) fn scorer_and_policy(cfg: &crate::model::ModelConfig, settings: &DecodeSettings) -> (Box<dyn Scorer>, Box<dyn TransferPolicy>) {
-    let scorer: Box<dyn Scorer> = if cfg.shift_logits {
+    // The family picks scorer and schedule; which rows predict which positions is the
+    // config's `shift_logits` (read by the loops), so a shifted LLaDA decodes as LLaDA.
+    let dream = cfg.arch == crate::model::Architecture::Dream;
+    let scorer: Box<dyn Scorer> = if dream {
         Box::new(dream::DreamScorer::new(settings))
     } else {
         Box::new(llada::LladaScorer::new(settings, settings.eos_id(&cfg), settings.eot_id(&cfg)))
     };
     let policy: Box<dyn TransferPolicy> = match settings.threshold {
         Some(t) => Box::new(threshold::ThresholdPolicy::new(t)),
-        None if cfg.shift_logits => Box::new(dream::DreamSchedule::new(settings, settings.steps_per_block())),
+        None if dream => Box::new(dream::DreamSchedule::new(settings, settings.steps_per_block())),
         None => Box::new(llada::ScheduledTopK::new(settings.steps_per_block())),
     };
     (scorer, policy)

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::decode::revision::RevisionSettings;
 use crate::decode::speculative::SpeculativeSettings;
 use crate::decode::{CacheMode, DecodeSettings, DreamAlg, Remasking};
-use crate::model::{GenerationDefaults, ModelConfig};
+use crate::model::{Architecture, GenerationDefaults, ModelConfig};
 
 /// What a user set explicitly; `None` = take the model's default, then the engine's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -55,7 +55,7 @@ model without a block length decodes one block.";
 /// Dream does); early stop at EOS is on unless turned off.
 pub fn effective_settings(cfg: &ModelConfig, defaults: &GenerationDefaults, user: &SettingsOverrides) -> DecodeSettings {
     let mut s = DecodeSettings { early_stop_eos: true, ..DecodeSettings::default() };
-    let dream = cfg.shift_logits;
+    let dream = cfg.arch == Architecture::Dream;
     if let Some(v) = defaults.gen_length {
         s.gen_length = v;
     }

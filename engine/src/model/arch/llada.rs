@@ -65,7 +65,9 @@ impl Family for Llada {
             qk_norm: r.opt_bool("attention_layer_norm")?.unwrap_or(false),
             moe: None,
             causal: false,
-            shift_logits: false,
+            // Not a published LLaDA key: our AR-converted dLLMs may keep the AR head's meaning
+            // (row p-1 predicts token p, as Dream does); decoding stays LLaDA's.
+            shift_logits: r.opt_bool("shift_logits")?.unwrap_or(false),
             tie_embeddings: r.opt_bool("weight_tying")?.unwrap_or(false),
             mask_token_id: r.opt_u32("mask_token_id")?.or(published_mask_id(self.published_mask(), vocab)),
             bos_token_id: r.opt_u32("bos_token_id")?,
