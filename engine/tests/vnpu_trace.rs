@@ -84,7 +84,7 @@ fn discarding_the_timeline_keeps_the_clock_and_bounds_the_trace() {
     let mut npu = VirtualNpu::new(model, DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
     let toks: Vec<u32> = (0..24).collect();
     let pos: Vec<usize> = (0..24).collect();
-    let mut forward = |npu: &mut VirtualNpu| {
+    let forward = |npu: &mut VirtualNpu| {
         npu.forward(&ForwardRequest { tokens: &toks, positions: &pos, logits_rows: &[23], kv: KvMode::Ignore }, None)
             .unwrap();
     };

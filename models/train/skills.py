@@ -11,6 +11,8 @@ model can score well on its own test split and still fail on words a person type
   (as written, Capitalised, UPPER) on both sides.
 * **Instructions**: every family has training templates and held-out templates, written out
   below, disjoint (the held-out ones are paraphrases: "reverse these words:", "what's 12 plus 7?").
+  Training instructions are also dressed (a polite prefix such as "Please " or "Kindly ", or a
+  lowercase start), never into a held-out template (checked).
 * **Numbers**: add and subtract with 1-4 digit operands, carries into a new digit (999+1) made
   common on purpose; subtraction never goes below zero.
 * **Chat**: a few intents (greeting, how-are-you, who-are-you, what-can-you-do, thanks, goodbye,
@@ -125,43 +127,78 @@ def words(rng, side, n, distinct=True):
 T = {
     "add": (["What is {a}+{b}?", "What is {a} + {b}?", "what is {a} plus {b}?", "{a}+{b}=", "Add {a} and {b}.",
              "Compute {a} plus {b}.", "What is the sum of {a} and {b}?", "Calculate {a}+{b}", "{a} plus {b}?",
-             "Work out {a} + {b}."],
+             "Work out {a} + {b}.", "Find the sum of {a} and {b}.", "{a} added to {b} is?", "Total of {a} and {b}?",
+             "Tell me {a} plus {b}.", "Can you add {a} and {b}?"],
             ["what's {a} plus {b}?", "How much is {a} + {b}?", "Please add {a} to {b}.", "Sum {a} and {b}",
              "{a} + {b} = ?", "What do you get if you add {a} and {b}?"]),
     "sub": (["What is {a}-{b}?", "What is {a} - {b}?", "what is {a} minus {b}?", "{a}-{b}=", "Subtract {b} from {a}.",
              "Compute {a} minus {b}.", "What is the difference between {a} and {b}?", "Calculate {a}-{b}",
-             "{a} minus {b}?", "Work out {a} - {b}."],
+             "{a} minus {b}?", "Work out {a} - {b}.", "Find {a} minus {b}.", "Remove {b} from {a}.",
+             "Tell me {a} minus {b}.", "Can you subtract {b} from {a}?", "{a} take away {b}?"],
             ["what's {a} minus {b}?", "How much is {a} - {b}?", "Take {b} away from {a}.", "{a} - {b} = ?",
              "What do you get if you subtract {b} from {a}?"]),
     "reverse": (["Reverse: {L}", "Reverse the words: {L}", "Reverse the order of these words: {L}",
                  "Write these words backwards: {L}", "Say in reverse order: {L}", "Reverse this list: {L}",
-                 "reverse: {L}", "Give the words in reverse order: {L}"],
+                 "reverse: {L}", "Give the words in reverse order: {L}", "Backwards: {L}",
+                 "Flip the order: {L}", "Can you reverse these: {L}", "Write the list from last to first: {L}",
+                 "Turn this list around: {L}"],
                 ["reverse these words: {L}", "Put these words in reverse order: {L}", "Please reverse: {L}",
                  "List in reverse: {L}", "Reverse the list: {L}"]),
-    "sort": (["Sort: {L}", "Sort these words: {L}", "Sort alphabetically: {L}", "Put in alphabetical order: {L}",
+    "sort": (["Sort: {L}", "Sort this list: {L}", "Sort alphabetically: {L}", "Put in alphabetical order: {L}",
               "Arrange alphabetically: {L}", "Order these words from A to Z: {L}", "sort: {L}",
-              "Sort the words: {L}"],
+              "Sort the words: {L}", "Alphabetize: {L}", "Sort these from A to Z: {L}",
+              "Can you sort these: {L}", "Give these words in dictionary order: {L}", "Order alphabetically: {L}"],
              ["sort these words: {L}", "Put these in alphabetical order: {L}", "Please sort the list: {L}",
               "Sort in alphabetical order: {L}", "Arrange these words alphabetically: {L}"]),
     "copy": (["Repeat: {L}", "Copy: {L}", "Repeat these words: {L}", "Say again: {L}", "Echo: {L}",
-              "Write exactly: {L}", "repeat: {L}", "Copy the words: {L}"],
+              "Write exactly: {L}", "repeat: {L}", "Copy the words: {L}", "Say these words back: {L}",
+              "Repeat exactly: {L}", "Can you repeat these: {L}", "Write these words again: {L}",
+              "Duplicate this list: {L}"],
              ["repeat after me: {L}", "Copy this list: {L}", "Please repeat: {L}", "Repeat the list: {L}",
               "Copy these words exactly: {L}"]),
     "count": (["How many words: {L}", "Count the words: {L}", "How many words are in: {L}",
-               "Number of words: {L}", "Count: {L}", "how many words: {L}", "Count the items: {L}"],
+               "Number of words: {L}", "Count: {L}", "how many words: {L}", "Count the items: {L}",
+               "Tell me how many words: {L}", "How many items are in this list: {L}", "Word count: {L}",
+               "Can you count these: {L}", "How many words are here: {L}", "Give the number of words in: {L}"],
               ["count these words: {L}", "How many words are there in this list: {L}",
                "Please count the words: {L}", "How many words does this have: {L}"]),
     "kv": (["{C}. What is {k}?", "{C}. What is the value of {k}?", "{C}. Look up {k}.", "{C}. Find {k}.",
-            "{C}. {k}?", "{C}. what is {k}?"],
+            "{C}. {k}?", "{C}. what is {k}?", "{C}. Give me {k}.", "{C}. What does {k} equal?",
+            "{C}. Tell me {k}.", "In {C}, what is {k}?"],
            ["{C}. what's {k}?", "{C}. Tell me the value of {k}.", "{C}. Which value does {k} have?",
             "Given {C}, what is {k}?"]),
 }
 
 
+def _norm_template(t):
+    return " ".join(t.lower().split())
+
+
+HELDOUT_TEMPLATES = {_norm_template(t) for _, held in T.values() for t in held}
+assert not any(_norm_template(t) in HELDOUT_TEMPLATES for train, _ in T.values() for t in train), \
+    "a training template is also a held-out one"
+# Politeness and casing variation of training instructions, so that "Please ..." or a lowercase
+# start is not read as another task; a dressed template that equals a held-out one is not used.
+POLITE_PREFIXES = ["Please ", "Kindly ", "Now ", "OK, ", "Hey, ", "Go on: "]
+DRESSED_FAMILIES = ("add", "sub", "reverse", "sort", "copy", "count")
+
+
+def _dress_instruction(rng, family, tpl):
+    if family not in DRESSED_FAMILIES or rng.random() >= 0.35:
+        return tpl
+    out = tpl
+    if rng.random() < 0.7 and not tpl.startswith(("{", "Can ")):
+        out = POLITE_PREFIXES[int(rng.integers(len(POLITE_PREFIXES)))] + tpl[0].lower() + tpl[1:]
+    elif tpl[0].isupper():
+        out = tpl[0].lower() + tpl[1:]
+    return tpl if _norm_template(out) in HELDOUT_TEMPLATES else out
+
+
 def _template(rng, family, side):
     train, held = T[family]
-    lst = held if side == "heldout" else train
-    return lst[int(rng.integers(len(lst)))]
+    if side == "heldout":
+        return held[int(rng.integers(len(held)))]
+    return _dress_instruction(rng, family, train[int(rng.integers(len(train)))])
 
 
 def _number(rng):

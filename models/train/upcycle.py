@@ -20,8 +20,8 @@ as the starting point of the AR twin; training then makes it causal.
 dLLM (AR-to-diffusion adaptation, as Dream initialises from Qwen; here without logit shift, so the
 LLaDA layout and decoding stay exact); training then makes it bidirectional and mask-predicting.
 With `--shift` the logits stay shifted as Dream's (row p-1 predicts token p, `shift_logits` in
-config.json), so the AR model's next-token head keeps its meaning; an experiment of the recipe
-(the engine refuses such a LLaDA checkpoint for now).
+config.json, read by the engine and decoded as LLaDA), so the AR model's next-token head keeps its
+meaning: after 2,000 adaptation steps it scored above the plain conversion (models/README.md).
 
 Usage (from the repository root; models/ckpt/ is git-ignored):
        python -m models.train.upcycle --dense models/tiny-llada --out models/ckpt/moe-init
