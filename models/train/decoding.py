@@ -56,10 +56,12 @@ def num_transfer_tokens(n_mask, steps):
 
 
 def llada_generate(model, prompt, gen_length, block_length, steps, threshold=None,
-                   logits_eos_inf=False, confidence_eos_eot_inf=False, eos=EOS, eot=None, mask_id=MASK):
+                   logits_eos_inf=False, confidence_eos_eot_inf=False, eos=EOS, eot=None, mask_id=MASK,
+                   shift=False):
     """LLaDA generate.py at temperature 0 with low_confidence remasking; with `threshold`
     the Fast-dLLM rule (commit top-1 plus every masked block position with conf >= threshold,
-    loop until the block is full). Returns (generated ids, step records, min_gap)."""
+    loop until the block is full). `shift`: the model's `shift_logits` (row p-1 predicts token p,
+    as Dream; our AR-converted dLLMs). Returns (generated ids, step records, min_gap)."""
     x = np.array(list(prompt) + [mask_id] * gen_length, dtype=np.int64)
     lp = len(prompt)
     assert gen_length % block_length == 0
@@ -87,7 +89,7 @@ def llada_generate(model, prompt, gen_length, block_length, steps, threshold=Non
             conf = {}
             tok = {}
             for p in masked:
-                row = np.asarray(logits[p], dtype=np.float64).copy()
+                row = np.asarray(logits[max(p - 1, 0) if shift else p], dtype=np.float64).copy()
                 if logits_eos_inf:
                     row[eos] = -np.inf
                 t = int(np.argmax(row))

@@ -52,11 +52,7 @@ class TorchLogits:
 
     @torch.no_grad()
     def logits(self, ids):
-        lg = self.model(torch.tensor([list(ids)], dtype=torch.long))[0].to(torch.float64).numpy()
-        if self.model.cfg.shift_logits:
-            # Row p-1 predicts token p (position 0 by row 0), as the engine reads Dream.
-            lg = np.concatenate([lg[:1], lg[:-1]])
-        return lg
+        return self.model(torch.tensor([list(ids)], dtype=torch.long))[0].to(torch.float64).numpy()
 
 
 def generate(model, prompt_ids, gen_length=16, block_length=16, steps=16, temperature=0.0,
@@ -68,7 +64,7 @@ def generate(model, prompt_ids, gen_length=16, block_length=16, steps=16, temper
         raise SystemExit(f"the reference eval decodes at temperature 0 with low_confidence remasking, "
                          f"not temperature {temperature} / {remasking}")
     tokens, _, _ = llada_generate(TorchLogits(model), prompt_ids, gen_length, block_length, steps,
-                                  mask_id=MASK_ID, eos=EOS_ID)
+                                  mask_id=MASK_ID, eos=EOS_ID, shift=model.cfg.shift_logits)
     return tokens
 
 

@@ -258,11 +258,12 @@ def diffusion_loss(model, ids, maskable, gen, device):
         masked[0, maskable[0].nonzero()[-1]] = True
     noisy = torch.where(masked, torch.full_like(ids, MASK_ID), ids)
     masked_d = masked.to(device)
-    rows = masked
+    rows_d = masked_d
     if model.cfg.shift_logits:
         rows = torch.zeros_like(masked)
         rows[:, :-1] = masked[:, 1:]
-    logits = model(noisy.to(device), rows=rows.to(device))
+        rows_d = rows.to(device)
+    logits = model(noisy.to(device), rows=rows_d)
     tgt = ids.to(device)[masked_d]
     ce = F.cross_entropy(logits.float(), tgt, reduction="none") / p_mask.to(device)[masked_d]
     seq_of = torch.arange(b, device=device)[:, None].expand(b, L)[masked_d]

@@ -36,8 +36,7 @@ from models.train.decoding import (  # noqa: E402,F401
 class Model:
     """A tiny checkpoint loaded once; `logits(ids)` is a bidirectional float64 forward."""
 
-    def __init__(self, name, shift=False):
-        self.shift = shift
+    def __init__(self, name):
         self.dir = os.path.join(ROOT, "tests", "golden", name)
         self.cfg = json.load(open(os.path.join(self.dir, "config.json")))
         self.W = {k: v.astype(np.float64) for k, v in load_file(os.path.join(self.dir, "model.safetensors")).items()}
@@ -46,9 +45,7 @@ class Model:
     def logits(self, ids):
         ids = np.asarray(ids, dtype=np.int64)
         if self.cfg["model_type"] == "llada":
-            lg = np_reference._forward_llada(self.cfg, self.W, ids)
-            # A shifted LLaDA (`shift_logits`, an AR-converted dLLM): row p-1 predicts token p.
-            return np.concatenate([lg[:1], lg[:-1]]) if self.shift else lg
+            return np_reference._forward_llada(self.cfg, self.W, ids)
         return np_reference._forward_hf(self.cfg, self.W, ids, causal=False)
 
 
@@ -59,7 +56,7 @@ def prompt_of(model, index, length):
     return [int(t) for t in model.prompts[index][:length]]
 
 
-def llada_cases(model):
+def llada_cases(model, shift=False):
     cases = []
     configs = [
         dict(gen_length=16, block_length=8, steps=16),
@@ -79,7 +76,7 @@ def llada_cases(model):
     for pi, plen in [(0, 12), (1, 12), (2, 6)]:
         prompt = prompt_of(model, pi, plen)
         for c in configs:
-            tokens, steps, gap = llada_generate(model, prompt, **c)
+            tokens, steps, gap = llada_generate(model, prompt, **c, shift=shift)
             cases.append({"prompt": prompt, "settings": c, "tokens": tokens, "steps": steps, "min_gap": gap})
     return cases
 
@@ -107,14 +104,15 @@ def dream_cases(model):
 def main():
     out_dir = os.path.join(ROOT, "tests", "golden", "decode")
     os.makedirs(out_dir, exist_ok=True)
-    for name, dir_name, shift, make in [("llada", "llada", False, llada_cases),
-                                        ("llada_shifted", "llada", True, llada_cases),
-                                        ("dream", "dream", False, dream_cases)]:
-        model = Model(dir_name, shift=shift)
+    # `llada_shifted`: the same LLaDA model read with `shift_logits` (row p-1 predicts token p).
+    for name, dir_name, make in [("llada", "llada", llada_cases),
+                                 ("llada_shifted", "llada", lambda m: llada_cases(m, shift=True)),
+                                 ("dream", "dream", dream_cases)]:
+        model = Model(dir_name)
         cases = make(model)
         doc = {"model": f"tests/golden/{dir_name}", "mask_id": MASK, "eos_id": EOS, "temperature": 0.0,
                "generator": "tests/reference/decode_reference.py", "cases": cases}
-        if shift:
+        if name == "llada_shifted":
             doc["shift_logits"] = True
         path = os.path.join(out_dir, f"{name}_trajectories.json")
         with open(path, "w") as f:
