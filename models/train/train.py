@@ -8,6 +8,10 @@
 Diffusion objective (LLaDA): per sequence t ~ U(0, 1) (floored at 1e-3), each maskable token is
 replaced by <|mdm_mask|> with probability t; cross-entropy on masked positions weighted by 1/t,
 normalised by the number of maskable tokens of the sequence, averaged over the batch.
+`--block-mask F` masks a fraction F of the sequences as semi-autoregressive decoding sees them
+instead (clean left context, a block of 4-32 tokens masked at ratio t, everything after it
+masked) and scores only the block's masked tokens (their mean loss); validation stays uniform.
+With `"shift_logits": true` row p-1 predicts token p (position 0 is never masked).
 AR objective: next-token cross-entropy, mean over the sequence's loss tokens.
 
 Each step has two sub-batches (two forward passes, one optimizer step):
@@ -93,6 +97,10 @@ def parse_args(argv=None):
     ap.add_argument("--skills-mix", default=None,
                     help="v2 family weights, e.g. reverse=0.2,chat=0.1 (others keep skills.TRAIN_WEIGHTS)")
     ap.add_argument("--sft-frac", type=float, default=0.4)
+    ap.add_argument("--block-mask", type=float, default=0.0,
+                    help="dLLM: fraction of training sequences masked as semi-autoregressive decoding sees "
+                         "them (clean left context, a partly masked block, everything after it masked), "
+                         "scored on the block; validation stays uniform")
     ap.add_argument("--seed", type=int, default=data.TRAIN_SEED)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -114,6 +122,8 @@ def parse_args(argv=None):
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--ckpt-every", type=int, default=100)
     a = ap.parse_args(argv)
+    if not 0.0 <= a.block_mask <= 1.0:
+        ap.error(f"--block-mask must be in [0, 1], got {a.block_mask}")
     if a.ckpt_dir is None:
         a.ckpt_dir = os.path.join(paths.CKPT_ROOT, os.path.basename(os.path.normpath(a.out)))
     if a.n_kv_heads is None:
@@ -246,30 +256,76 @@ class Batcher:
         return prose, (self.chat(rng, kinds) if kinds else [])
 
 
-def diffusion_loss(model, ids, maskable, gen, device):
-    """LLaDA loss. Returns (sum over sequences of per-sequence loss, n, correct, n masked)."""
+BLOCK_SIZES = (4, 8, 16, 32)
+
+
+def block_decode_masks(maskable, t, gen):
+    """Masks shaped like semi-autoregressive decoding: per sequence, a block of B maskable tokens
+    (B from BLOCK_SIZES) starting at a random maskable token is masked at ratio t, every maskable
+    token after it is masked, the ones before it are clean. Returns (masked, scored): the input
+    mask and the block's masked tokens (the only rows decoding commits from)."""
+    b, L = maskable.shape
+    masked = torch.zeros(b, L, dtype=torch.bool)
+    scored = torch.zeros(b, L, dtype=torch.bool)
+    for i in range(b):
+        idx = maskable[i].nonzero().flatten()
+        if idx.numel() == 0:
+            continue
+        size = BLOCK_SIZES[int(torch.randint(len(BLOCK_SIZES), (1,), generator=gen))]
+        start = int(torch.randint(idx.numel(), (1,), generator=gen))
+        block = idx[start:start + size]
+        pick = torch.rand(block.numel(), generator=gen) < t[i]
+        if not pick.any():
+            pick[int(torch.randint(block.numel(), (1,), generator=gen))] = True
+        masked[i, block[pick]] = True
+        scored[i, block[pick]] = True
+        masked[i, idx[start + size:]] = True
+    return masked, scored
+
+
+def diffusion_loss(model, ids, maskable, gen, device, block_frac=0.0):
+    """LLaDA loss. Returns (sum over sequences of per-sequence loss, n, correct, n masked).
+
+    With `block_frac` > 0 that fraction of sequences is masked as semi-autoregressive decoding
+    sees a canvas (`block_decode_masks`: clean left context, the current block partly masked,
+    everything after it masked) and scored on the block only: the mean loss of the block's masked
+    tokens (a 1/t weight there would be unbounded: a block of 4 at t = 0.01 still has its one
+    forced mask), the scale of the uniform loss (mean token loss per sequence in expectation)."""
     b, L = ids.shape
     t = torch.rand(b, generator=gen)
     p_mask = ((1 - EPS) * t + EPS)[:, None].expand(b, L)
     masked = (torch.rand(b, L, generator=gen) < p_mask) & maskable
+    scored = masked.clone()
+    denom = maskable.sum(1).clamp(min=1).float()
+    inv_weight = p_mask * denom[:, None]
+    if block_frac > 0:
+        as_block = torch.rand(b, generator=gen) < block_frac
+        if as_block.any():
+            bm, bs = block_decode_masks(maskable[as_block], p_mask[as_block, 0], gen)
+            masked[as_block], scored[as_block] = bm, bs
+            inv_weight = inv_weight.clone()
+            inv_weight[as_block] = bs.sum(1, keepdim=True).clamp(min=1).float()
     if model.cfg.shift_logits:
         masked[:, 0] = False   # row p-1 predicts token p: position 0 (BOS) has no row to come from
-    if not masked.any():   # keep every sequence's loss defined
-        masked[0, maskable[0].nonzero()[-1]] = True
+        scored[:, 0] = False
+    if not scored.any():   # keep every sequence's loss defined
+        last = maskable[0].nonzero()[-1]
+        masked[0, last] = scored[0, last] = True
     noisy = torch.where(masked, torch.full_like(ids, MASK_ID), ids)
-    masked_d = masked.to(device)
-    rows_d = masked_d
+    scored_d = scored.to(device)
+    rows_d = scored_d
     if model.cfg.shift_logits:
-        rows = torch.zeros_like(masked)
-        rows[:, :-1] = masked[:, 1:]
+        rows = torch.zeros_like(scored)
+        rows[:, :-1] = scored[:, 1:]
         rows_d = rows.to(device)
     logits = model(noisy.to(device), rows=rows_d)
-    tgt = ids.to(device)[masked_d]
-    ce = F.cross_entropy(logits.float(), tgt, reduction="none") / p_mask.to(device)[masked_d]
-    seq_of = torch.arange(b, device=device)[:, None].expand(b, L)[masked_d]
-    per_seq = torch.zeros(b, device=device).index_add_(0, seq_of, ce) / maskable.to(device).sum(1).clamp(min=1)
+    tgt = ids.to(device)[scored_d]
+    weight = (1.0 / inv_weight).to(device)[scored_d]
+    ce = F.cross_entropy(logits.float(), tgt, reduction="none") * weight
+    seq_of = torch.arange(b, device=device)[:, None].expand(b, L)[scored_d]
+    per_seq = torch.zeros(b, device=device).index_add_(0, seq_of, ce)
     correct = (logits.argmax(-1) == tgt).sum().item()
-    return per_seq.sum(), b, correct, int(masked.sum().item())
+    return per_seq.sum(), b, correct, int(scored.sum().item())
 
 
 def ar_loss(model, ids, lossy, device):
@@ -287,10 +343,10 @@ def ar_loss(model, ids, lossy, device):
     return per_seq.sum(), b, correct, int(tgt.numel())
 
 
-def part_loss(model, args, ids, lossy, gen, device):
+def part_loss(model, args, ids, lossy, gen, device, block_frac=0.0):
     if args.arch == "llama":
         return ar_loss(model, ids, lossy, device)
-    return diffusion_loss(model, ids, lossy, gen, device)
+    return diffusion_loss(model, ids, lossy, gen, device, block_frac)
 
 
 # ---------------------------------------------------------------- schedule / optim
@@ -449,7 +505,7 @@ def main():
         sums, aux_sum = [], 0.0
         for ids, mk in parts:
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-                s, n, _, _ = part_loss(model, args, ids, mk, gen, device)
+                s, n, _, _ = part_loss(model, args, ids, mk, gen, device, args.block_mask)
             loss = s / total_n
             aux = model.aux_loss
             if aux is not None:
