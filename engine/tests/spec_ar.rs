@@ -116,6 +116,23 @@ fn greedy_output_is_the_targets_under_every_schedule() {
 }
 
 #[test]
+fn the_async_verifier_is_exact_with_or_without_the_drafters_core() {
+    let (target_m, draft_m) = (load("tiny-ar"), load("tiny-draft"));
+    let (mut target, mut draft) = (cpu(&target_m), cpu(&draft_m));
+    for text in ["Reverse: lamp north Velvet", "What is 68+75?"] {
+        let p = chat_prompt(&target_m, text);
+        let s = greedy(32);
+        let reference = generate_ar(&mut target, &p, &s, &CancelFlag::new(), &mut discard_frames).unwrap();
+        for verifier_shares_cores in [true, false] {
+            let spec = SpecArSettings { schedule: SpecSchedule::Async, verifier_shares_cores, ..Default::default() };
+            let (out, stats, _) = speculate(&mut target, &mut draft, &p, &s, &spec);
+            assert_eq!(out.tokens, reference.tokens, "verifier_shares_cores {verifier_shares_cores} on {text:?}");
+            assert_eq!(stats.verify_forwards, out.forwards);
+        }
+    }
+}
+
+#[test]
 fn a_draft_identical_to_the_target_is_always_accepted() {
     let m = load("tiny-ar");
     let (mut target, mut draft) = (cpu(&m), cpu(&m));

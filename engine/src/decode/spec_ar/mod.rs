@@ -91,6 +91,11 @@ pub struct SpecArSettings {
     pub history_control: bool,
     /// Use the time-aware control (`async`).
     pub time_control: bool,
+    /// `async`: the verifier's thread pool spans every kernel thread, so while the drafter waits
+    /// for a verdict (most of the time with a cheap draft) its core verifies too; while both
+    /// work, the OS shares that core between them. `false`: the verifier gets the threads but
+    /// one and the drafter's core stays its own.
+    pub verifier_shares_cores: bool,
 }
 
 impl Default for SpecArSettings {
@@ -106,6 +111,7 @@ impl Default for SpecArSettings {
             pre_verify_floor: 0.0,
             history_control: true,
             time_control: true,
+            verifier_shares_cores: true,
         }
     }
 }

@@ -9,7 +9,9 @@
 //! hash of the sequence it continues, so the verifier recognises drafts a rejection made stale
 //! and skips them. Verdicts carry the newly committed tokens; the drafter keeps the drafts that
 //! agree with them and rolls back its K/V past the first that does not. Each side runs its
-//! kernels in a thread pool of its own (one core each on a 2-core machine).
+//! kernels in a thread pool of its own: the drafter one thread, the verifier every thread by
+//! default (work-conserving: a cheap drafter waits for verdicts most of the time, and its core
+//! would otherwise idle), or all but the drafter's (`verifier_shares_cores: false`).
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -62,11 +64,11 @@ struct DrafterReport {
     trace: SpecTrace,
 }
 
-/// The two thread pools of one asynchronous run: one thread for the drafter, the rest for the
-/// verifier (kernels called inside a pool use only its threads). Each run builds its own: both
-/// loops block inside their pool while waiting for the other side, so two concurrent runs that
-/// shared one-thread pools would each hold the thread the other needs and never finish.
-fn task_pools(threads: usize) -> Result<(rayon::ThreadPool, rayon::ThreadPool)> {
+/// The two thread pools of one asynchronous run: one thread for the drafter, every thread or the
+/// rest for the verifier (kernels called inside a pool use only its threads). Each run builds its
+/// own: both loops block inside their pool while waiting for the other side, so two concurrent
+/// runs that shared one-thread pools would each hold the thread the other needs and never finish.
+fn task_pools(threads: usize, verifier_shares_cores: bool) -> Result<(rayon::ThreadPool, rayon::ThreadPool)> {
     let pool = |n: usize, name: &'static str| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -74,7 +76,8 @@ fn task_pools(threads: usize) -> Result<(rayon::ThreadPool, rayon::ThreadPool)> 
             .build()
             .map_err(|e| EngineError::Backend { backend: "spec-async".into(), reason: format!("thread pool: {e}") })
     };
-    Ok((pool(1, "drafter")?, pool(threads.saturating_sub(1).max(1), "verifier")?))
+    let verifier_threads = if verifier_shares_cores { threads } else { threads.saturating_sub(1) };
+    Ok((pool(1, "drafter")?, pool(verifier_threads.max(1), "verifier")?))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -90,7 +93,7 @@ pub(super) fn run(
     rng: &mut ChaCha8Rng,
 ) -> Result<()> {
     let threads = crate::threads::count();
-    let (draft_pool, verify_pool) = task_pools(threads)?;
+    let (draft_pool, verify_pool) = task_pools(threads, spec.verifier_shares_cores)?;
     let (draft_pool, verify_pool) = (&draft_pool, &verify_pool);
     let (draft_tx, draft_rx) = mpsc::sync_channel::<Draft>(spec.max_ahead);
     let (verdict_tx, verdict_rx) = mpsc::channel::<Verdict>();
