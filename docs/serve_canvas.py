@@ -6,7 +6,7 @@ canvas after every step: `·` still masked, yellow = committed but revisable, gr
 final, `∎` an end-of-text or end-of-turn token; the answer text (the stable left-to-right prefix) is printed below it.
 
     unmask serve &                                      # http://127.0.0.1:8080
-    python3 docs/serve_canvas.py "What is 347+586?"
+    python3 docs/serve_canvas.py "What is 512+389?"
     python3 docs/serve_canvas.py --max-tokens 32 --steps 32 "Sort: b a c"
     python3 docs/serve_canvas.py --plain "What is 12+34?"   # one line per step (logs, pipes)
 

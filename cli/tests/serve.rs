@@ -324,7 +324,7 @@ fn serves_models_chat_and_completions_with_raw_sse() {
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
         .filter(|c| c["unmask"]["step"].is_object())
         .collect();
-    // One chunk per step the run took (the model's default: 16 tokens in blocks of 4, decoding
+    // One chunk per step the run took (the model's default: 32 tokens in blocks of 4, decoding
     // stopped after the block that ends the answer), as its last chunk reports.
     let end = steps
         .events()
@@ -332,11 +332,11 @@ fn serves_models_chat_and_completions_with_raw_sse() {
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
         .find_map(|c| c["unmask"]["steps"].as_u64())
         .expect("the last chunk reports the run's steps");
-    assert!((1..=16).contains(&end), "{end} steps");
+    assert!((1..=32).contains(&end), "{end} steps");
     assert_eq!(step_chunks.len() as u64, end, "one chunk per step");
     for c in &step_chunks {
         for ch in c["unmask"]["step"]["changes"].as_array().expect("changes") {
-            assert!(ch["pos"].as_u64() < Some(16) && ch["confidence"].is_number() && ch["state"].is_string(), "{ch}");
+            assert!(ch["pos"].as_u64() < Some(32) && ch["confidence"].is_number() && ch["state"].is_string(), "{ch}");
         }
     }
     assert_eq!(concatenated_content(&steps.events()), answer);
@@ -718,7 +718,7 @@ fn the_example_canvas_client_draws_the_canvas() {
             l.strip_prefix("run ").and_then(|r| r.split(": ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
         })
         .expect("the closing line names the run's steps");
-    assert!((1..=16).contains(&steps), "{stdout}");
+    assert!((1..=32).contains(&steps), "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("step ")).count(), steps, "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("answer: ") && l.len() > "answer: ".len()), "{stdout}");
 }

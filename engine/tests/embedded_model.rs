@@ -27,8 +27,9 @@ fn model_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models").join(name)
 }
 
-/// The decoding the PyTorch eval used: the model's generation_config.json (the tiny models
-/// 16 / 16 / 16, small-llada 64 tokens in blocks of 32, 64 steps), temperature 0.
+/// The decoding the PyTorch eval used: the model's generation_config.json (tiny-llada 32 tokens
+/// in blocks of 4, 32 steps; small-llada 64 in blocks of 32, 64 steps; the others 16 / 16 / 16),
+/// temperature 0.
 fn settings(m: &LoadedModel) -> DecodeSettings {
     let g = &m.generation;
     let gen_length = g.gen_length.unwrap_or(16);
@@ -80,7 +81,7 @@ fn default_model_loads_with_tokenizer_template_and_defaults() {
     assert_eq!(*ids.last().unwrap(), 5);
     // Digits are split one token each (the tokenizer's pre-tokenizer).
     assert_eq!(m.tokenizer.decode(&ids, true), "What is 347+586?");
-    assert_eq!(m.generation.gen_length, Some(16));
+    assert_eq!(m.generation.gen_length, Some(32));
 }
 
 #[test]

@@ -411,12 +411,12 @@ async fn the_models_generation_config_fills_what_the_user_did_not_choose() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = AppState::open(dir.path()).await.expect("open");
     let entry = state.list_models().await.expect("models").into_iter().find(|m| m.embedded).expect("embedded");
-    // The embedded model's generation_config.json: 16 tokens in blocks of 4, 16 steps.
+    // The embedded model's generation_config.json: 32 tokens in blocks of 4, 32 steps.
     let shipped = entry.default_settings.clone().expect("default settings");
-    assert_eq!((shipped.gen_length, shipped.block_length, shipped.steps), (16, 4, 16), "{shipped:?}");
+    assert_eq!((shipped.gen_length, shipped.block_length, shipped.steps), (32, 4, 32), "{shipped:?}");
 
     // What the form shows: values the model's defaults never say.
-    let form = DecodeSettings { gen_length: 32, block_length: 16, steps: 8, ..DecodeSettings::default() };
+    let form = DecodeSettings { gen_length: 64, block_length: 16, steps: 8, ..DecodeSettings::default() };
     let run = |overridden: Option<Vec<SettingKey>>| {
         let (state, form) = (&state, form.clone());
         async move {
@@ -428,13 +428,13 @@ async fn the_models_generation_config_fills_what_the_user_did_not_choose() {
     };
     // Nothing chosen: the model's defaults, whatever the form showed.
     let s = run(Some(vec![])).await;
-    assert_eq!((s.gen_length, s.block_length, s.steps), (16, 4, 16), "{s:?}");
+    assert_eq!((s.gen_length, s.block_length, s.steps), (32, 4, 32), "{s:?}");
     // Only the length chosen: the model's step density (one step per token) and block length stay.
     let s = run(Some(vec![SettingKey::GenLength])).await;
-    assert_eq!((s.gen_length, s.block_length, s.steps), (32, 4, 32), "{s:?}");
+    assert_eq!((s.gen_length, s.block_length, s.steps), (64, 4, 64), "{s:?}");
     // A preset (every knob chosen): exactly the form's values.
     let s = run(None).await;
-    assert_eq!((s.gen_length, s.block_length, s.steps), (32, 16, 8), "{s:?}");
+    assert_eq!((s.gen_length, s.block_length, s.steps), (64, 16, 8), "{s:?}");
 }
 
 /// An autoregressive model with a draft model: the answer is the model's own (token for token),

@@ -30,7 +30,7 @@ async fn record_fixtures() -> anyhow::Result<()> {
         ("reference-cpu.json", "What is 2+3?", base.clone(), BackendChoice::cpu()),
         (
             "spec-revision-vnpu.json",
-            "Sort: pear apple fig",
+            "Reverse: pear apple fig",
             DecodeSettings { speculative: true, revision: true, ..base },
             BackendChoice::vnpu("sm8750"),
         ),

@@ -289,13 +289,14 @@ describe("unmask ui (built, headless chromium, mocked IPC)", () => {
     const explanations = await p.$$eval("[data-testid=setting] p.help", (els) => els.map((e) => e.textContent ?? ""));
     expect(explanations).toHaveLength(11);
     expect(explanations.every((t) => /\w{3,}.*Default /.test(t))).toBe(true);
-    await p.locator("#set-steps").fill("4");
+    // 32 tokens in blocks of 4: 16 steps = two per block, two tokens each.
+    await p.locator("#set-steps").fill("16");
     await p.locator("#set-steps").dispatchEvent("change");
-    await p.getByTestId("preset-name").fill("fast 4 steps");
+    await p.getByTestId("preset-name").fill("fast 16 steps");
     await p.getByTestId("save-preset").click();
-    await expect.poll(() => p.getByTestId("preset-list").textContent()).toContain("fast 4 steps");
+    await expect.poll(() => p.getByTestId("preset-list").textContent()).toContain("fast 16 steps");
     const saved = await p.evaluate(() => window.__UNMASK_CALLS__.find((c) => c.cmd === "save_preset")?.args);
-    expect(saved).toMatchObject({ name: "fast 4 steps", settings: { steps: 4 } });
+    expect(saved).toMatchObject({ name: "fast 16 steps", settings: { steps: 16 } });
     await shot(p, "settings");
     await p.getByTestId("delete-preset").click();
     await expect.poll(() => p.getByTestId("preset-list").textContent()).not.toContain("fast 4 steps");

@@ -106,8 +106,8 @@ describe("settings form", () => {
     await p.getByTestId("send").click();
     await expect.poll(async () => (await calls(p, "generate")).length).toBe(1);
     const [req] = (await calls(p, "generate")) as { request: { settings: Record<string, unknown> } }[];
-    // (16 tokens in blocks of 4: the embedded model's own defaults.)
-    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 16, blockLength: 4 });
+    // (32 tokens in blocks of 4: the embedded model's own defaults.)
+    expect(req.request.settings).toMatchObject({ temperature: 0.5, seed: 7, genLength: 32, blockLength: 4 });
 
     // Back in the form, the invalid answer length is still shown as typed, with its message.
     await tab(p, "settings");
@@ -163,25 +163,25 @@ describe("model manager", () => {
     const fit = p.getByTestId("model-fit");
     await expect.poll(() => fit.count()).toBe(2);
     expect(await p.getByTestId("memory-note").textContent()).toContain("5.00 GiB available now of 8.00 GiB");
-    // tiny-llada: 8.5 MiB of weights; 256 tokens of context = 240 prompt + its default 16-token answer.
+    // tiny-llada: 8.5 MiB of weights; 256 tokens of context = 224 prompt + its default 32-token answer.
     expect(await fit.nth(0).getAttribute("data-fits")).toBe("true");
     expect(await fit.nth(0).textContent()).toContain("of 5.00 GiB available");
-    expect(await fit.nth(0).getByTestId("fit-breakdown").textContent()).toContain("for 256 tokens (240 prompt + 16 answer");
+    expect(await fit.nth(0).getByTestId("fit-breakdown").textContent()).toContain("for 256 tokens (224 prompt + 32 answer");
     // 8B in Q4_K: 4.3 GiB of weights + 1 MiB of K/V per token: over the 5 GiB available, though below the 8 GiB total.
     expect(await fit.nth(1).getAttribute("data-fits")).toBe("false");
     const before = await fit.nth(1).getByTestId("fit-breakdown").textContent();
-    expect(before).toContain("1.02 GiB for 1040 tokens (1024 prompt + 16 answer");
+    expect(before).toContain("1.03 GiB for 1056 tokens (1024 prompt + 32 answer");
     // The logits: one row of the 126464-token vocabulary (x 20 bytes) per answer token.
-    expect(before).toContain("logits 38.6 MiB (16 rows of 2.41 MiB)");
-    expect(before).toContain("activations 260 MiB");
+    expect(before).toContain("logits 77.2 MiB (32 rows of 2.41 MiB)");
+    expect(before).toContain("activations 264 MiB");
     expect(await fit.nth(1).textContent()).toContain("too big");
 
     // A longer answer in the settings needs more K/V.
     await tab(p, "settings");
-    await p.locator("#set-genLength").fill("64");
+    await p.locator("#set-genLength").fill("128");
     await tab(p, "models");
-    await expect.poll(() => p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("1088 tokens (1024 prompt + 64 answer");
-    expect(await p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("(64 rows of 2.41 MiB)");
+    await expect.poll(() => p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("1152 tokens (1024 prompt + 128 answer");
+    expect(await p.getByTestId("fit-breakdown").nth(1).textContent()).toContain("(128 rows of 2.41 MiB)");
     expect(app.errors()).toEqual([]);
   });
 
