@@ -69,7 +69,7 @@ def tiny_llada_run(st, rows, val):
 
 | stage | steps | wall time | CPU-hours |
 |---|---|---|---|
-| AR stage v2 (`models/stages/tiny-ar-v2`: four runs from `models/tiny-ar`, two torch threads) | 14,600 | ~3 h 0 min | ~6.0 |
+| AR stage v2 (`models/stages/tiny-ar-v2`: four runs from `models/tiny-ar`, two torch threads) | 14,535 | ~3 h 0 min | ~6.0 |
 | diffusion adaptation (this export; one torch thread, beside another run) | {st['this_run_steps']:,} | {_fmt(t)} | {t / 3600:.1f} |
 
 Plus `models/tiny-ar`'s own training before the AR stage (its card). Each run fits a session;
