@@ -3,7 +3,8 @@
 //! For each target/draft pair and the same prompts, side by side per prompt: plain AR, the
 //! synchronous fixed-length schedule, the adaptive one and the asynchronous one (drafter and
 //! verifier as two tasks, the verifier also on the drafter's core while it waits). Every
-//! speculative output is checked token by token against plain AR (greedy). A sweep over draft length and the controls justifies the defaults.
+//! speculative output is checked token by token against plain AR (greedy). A sweep over draft
+//! length and the controls justifies the defaults.
 //! Nothing here is simulated.
 
 use std::collections::BTreeMap;
