@@ -723,6 +723,17 @@ def render_quality(d):
             out.append("`UNMASK_QUALITY_PER_FAMILY=n` sets the unseen examples per family (decode s: the whole "
                        "unseen set's decoding time in this run; right answers / s: exact matches over all families "
                        "divided by that time, the measure that picks the default dLLM).\n")
+        trows = family_rows(m, names, "unseen_second_turn", "unseen_second_turn_examples_per_family", fams,
+                            lambda u: [fx(u.get("accuracy"), 3)])
+        if trows:
+            out.append("**Second turns**: the first messages per family of the unseen set, each asked after one "
+                       "earlier exchange (another unseen message and its right answer, mostly of another family: "
+                       "`models/train/eval.py --history 1` pairs them the same way), as `unmask chat` renders a "
+                       "conversation. A chat must answer its later turns as it answers a first one. Same settings "
+                       "as the unseen set.\n")
+            out.append(table(["model", "per family", *fams, "overall"], trows))
+            out.append("`UNMASK_QUALITY_TURN2_PER_FAMILY=n` sets the examples per family (100 by default, 0 "
+                       "skips).\n")
         lfams = ["long_reverse", "long_sort", "long_count", "long_add_steps", "long_copy"]
         lrows = family_rows(m, names, "unseen_long", "unseen_long_examples_per_family", lfams,
                             lambda u: [fx(u.get("wall_s"), 0)])

@@ -4,8 +4,9 @@
 //! held-out prose; the unseen set (`models/data/unseen.jsonl`: words and instructions no training
 //! example used, `models/train/skills.py`) per skill family with 95 % intervals; for dLLMs with a
 //! 512-token context the long-answer set (`models/data/unseen_long.jsonl`, answers of 60-260
-//! tokens); the default dLLM by right unseen answers per second; and every answer the README and
-//! docs promise, run through the `unmask` binary.
+//! tokens); the unseen set again as each message's second turn of a conversation (one earlier
+//! exchange before it); the default dLLM by right unseen answers per second; and every answer the
+//! README and docs promise, run through the `unmask` binary.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -68,6 +69,7 @@ fn eval_model(
     dir: &Path,
     per_task: usize,
     per_family: usize,
+    turn2_per_family: usize,
     long_per_family: usize,
     settings: &DecodeSettings,
     prose_set: &prose::ProseSet,
@@ -116,6 +118,16 @@ fn eval_model(
     uv["correct_per_s"] = json!(if u.wall_s > 0.0 { Some(correct as f64 / u.wall_s) } else { None });
     with_ci95(&mut uv, &u);
     v["unseen"] = uv;
+    if turn2_per_family > 0 {
+        // The same messages as the second turn of a conversation (one earlier turn, answered
+        // right): a chat must not answer worse after its first exchange.
+        let later = tasks::as_later_turns(&tasks::load(&unseen_path(), turn2_per_family)?, 1);
+        eprintln!("[quality] {} on the unseen set as second turns: {} examples", dir.display(), later.len());
+        let t = tasks::evaluate_with(&mut backend, &tok, &template, &later, &unseen_settings(), &stop)?;
+        let mut tv = t.to_json();
+        with_ci95(&mut tv, &t);
+        v["unseen_second_turn"] = tv;
+    }
     if cfg.arch.is_diffusion() && cfg.max_seq >= LONG_CONTEXT && long_per_family > 0 {
         let long = tasks::load(&unseen_long_path(), long_per_family)?;
         eprintln!("[quality] {} on the long-answer set: {} examples", dir.display(), long.len());
@@ -200,6 +212,13 @@ pub fn run(quick: bool) -> Result<Value> {
         None if quick => 4,
         None => 300,
     };
+    // Unseen-set examples per family asked as a conversation's second turn: 100,
+    // `$UNMASK_QUALITY_TURN2_PER_FAMILY` overrides (0 skips).
+    let turn2_per_family = match std::env::var("UNMASK_QUALITY_TURN2_PER_FAMILY").ok().and_then(|s| s.parse().ok()) {
+        Some(n) => n,
+        None if quick => 2,
+        None => 100,
+    };
     // Long-answer examples per family (models with a 512-token context): all 300 by default,
     // `$UNMASK_QUALITY_LONG_PER_FAMILY` overrides.
     let long_per_family = match std::env::var("UNMASK_QUALITY_LONG_PER_FAMILY").ok().and_then(|s| s.parse().ok()) {
@@ -221,10 +240,14 @@ pub fn run(quick: bool) -> Result<Value> {
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     for name in MODELS.iter().filter(|m| wanted.iter().any(|w| w == *m)) {
         let started = std::time::Instant::now();
-        let mut v = eval_model(&models.join(name), per_task, per_family, long_per_family, &settings, &prose_set)?;
+        let dir = models.join(name);
+        let mut v = eval_model(&dir, per_task, per_family, turn2_per_family, long_per_family, &settings, &prose_set)?;
         if let Some(Value::Object(o)) = &mut v {
             o.insert("examples_per_task".into(), json!(per_task));
             o.insert("unseen_examples_per_family".into(), json!(per_family));
+            if o.contains_key("unseen_second_turn") {
+                o.insert("unseen_second_turn_examples_per_family".into(), json!(turn2_per_family));
+            }
             if o.contains_key("unseen_long") {
                 o.insert("unseen_long_examples_per_family".into(), json!(long_per_family));
             }
@@ -254,6 +277,8 @@ pub fn run(quick: bool) -> Result<Value> {
             headline[format!("{model}_unseen_{fam}_accuracy")] = v["unseen"]["tasks"][fam]["accuracy"].clone();
         }
         headline[format!("{model}_unseen_correct_per_s")] = v["unseen"]["correct_per_s"].clone();
+        headline[format!("{model}_unseen_accuracy")] = v["unseen"]["accuracy"].clone();
+        headline[format!("{model}_unseen_second_turn_accuracy")] = v["unseen_second_turn"]["accuracy"].clone();
         if v.get("shipped_decoding").is_some() {
             headline[format!("{model}_shipped_decoding_accuracy")] = v["shipped_decoding"]["accuracy"].clone();
             headline[format!("{model}_reference_decoding_accuracy")] = v["accuracy"].clone();

@@ -22,16 +22,49 @@ pub struct TaskExample {
     /// The user message alone, for rendering with another family's template.
     #[serde(default)]
     pub message: Option<String>,
+    /// Earlier turns of the conversation (user message, assistant answer) this message ends.
+    #[serde(default)]
+    pub history: Vec<(String, String)>,
 }
 
 impl TaskExample {
-    /// The prompt in `template`'s format (the stored prompt for LLaDA's own template).
+    /// The prompt in `template`'s format (the stored prompt for LLaDA's own template and no
+    /// earlier turns).
     pub fn prompt_for(&self, template: &ChatTemplate) -> String {
-        match (&self.message, template) {
-            (Some(m), t) if *t != ChatTemplate::Llada => t.render(&[ChatMessage::user(m.clone())], true),
+        match &self.message {
+            Some(m) if *template != ChatTemplate::Llada || !self.history.is_empty() => {
+                let mut conversation = Vec::with_capacity(2 * self.history.len() + 1);
+                for (user, assistant) in &self.history {
+                    conversation.push(ChatMessage::user(user.clone()));
+                    conversation.push(ChatMessage::assistant(assistant.clone()));
+                }
+                conversation.push(ChatMessage::user(m.clone()));
+                template.render(&conversation, true)
+            }
             _ => self.prompt.clone(),
         }
     }
+}
+
+/// Each example as the last message of a conversation whose `turns` earlier turns are other
+/// examples of the set with their right answers, taken far apart in the (family-ordered) set so
+/// they are mostly other families; the pairing is `models/train/eval.py --history`'s. A later
+/// turn must be answered as a first one is. Examples without a stored message stay as they are.
+pub fn as_later_turns(examples: &[TaskExample], turns: usize) -> Vec<TaskExample> {
+    let n = examples.len();
+    examples
+        .iter()
+        .enumerate()
+        .map(|(i, ex)| {
+            let history = (0..turns)
+                .filter_map(|j| {
+                    let h = &examples[(i + (j + 1) * (n / (turns + 1)) + j) % n];
+                    h.message.clone().map(|m| (m, h.answer.clone()))
+                })
+                .collect();
+            TaskExample { history, ..ex.clone() }
+        })
+        .collect()
 }
 
 /// Path of the held-out test split.
@@ -236,5 +269,32 @@ mod tests {
         assert!(checked > 5000, "{checked}");
         // and the training side is not empty: the split is a quarter, not everything
         assert!(!held_out("the") || !held_out("of"));
+    }
+
+    #[test]
+    fn a_later_turn_follows_another_family_s_exchange_rendered_as_the_chat_renders_it() {
+        let rows = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen.jsonl"), 4).unwrap();
+        let later = as_later_turns(&rows, 1);
+        assert_eq!(later.len(), rows.len());
+        for (i, (ex, turn)) in rows.iter().zip(&later).enumerate() {
+            // eval.py --history 1: the row half the set away
+            let h = &rows[(i + rows.len() / 2) % rows.len()];
+            assert_ne!(h.task, ex.task, "row {i}");
+            assert_eq!(turn.history, vec![(h.message.clone().unwrap(), h.answer.clone())]);
+            let want = ChatTemplate::Llada.render(
+                &[
+                    ChatMessage::user(h.message.clone().unwrap()),
+                    ChatMessage::assistant(h.answer.clone()),
+                    ChatMessage::user(ex.message.clone().unwrap()),
+                ],
+                true,
+            );
+            assert_eq!(turn.prompt_for(&ChatTemplate::Llada), want);
+            // with no history the stored prompt is the same rendering of the message alone
+            assert_eq!(
+                ex.prompt_for(&ChatTemplate::Llada),
+                ChatTemplate::Llada.render(&[ChatMessage::user(ex.message.clone().unwrap())], true)
+            );
+        }
     }
 }

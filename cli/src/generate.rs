@@ -311,6 +311,7 @@ pub fn run_chat(
     let mut input = stdin.lock();
     let mut raw_line = Vec::new();
     let mut failed: Option<anyhow::Error> = None;
+    let mut left_out = 0;
     loop {
         if interactive {
             eprint!("> ");
@@ -333,6 +334,7 @@ pub fn run_chat(
             "/quit" | "/exit" => break,
             "/reset" => {
                 history.clear();
+                left_out = 0;
                 c.session.forget_context();
                 eprintln!("(conversation cleared)");
                 continue;
@@ -340,7 +342,18 @@ pub fn run_chat(
             _ => {}
         }
         history.push(ChatMessage::user(line));
-        let ids = c.session.prompt_ids(RunPrompt::Chat(&history))?;
+        // A long chat keeps going: the oldest exchanges that no longer fit the context are left
+        // out of the prompt (the history keeps them; /reset clears it).
+        let fitted = c.session.chat_prompt_ids(&history, &settings)?;
+        if fitted.left_out > left_out {
+            eprintln!(
+                "note: the {} oldest messages no longer fit the model's context of {} tokens and are left out",
+                fitted.left_out,
+                c.session.model().transformer.config.max_seq
+            );
+        }
+        left_out = fitted.left_out;
+        let ids = fitted.ids;
         match recorded_run(&mut c, line, &ids, &settings, out) {
             Ok((o, run_id)) => {
                 history.push(ChatMessage::assistant(o.text.clone()));

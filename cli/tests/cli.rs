@@ -128,6 +128,25 @@ fn chat_reads_turns_from_stdin() {
 }
 
 #[test]
+fn a_long_chat_leaves_out_its_oldest_turns_and_keeps_answering() {
+    // Twelve turns overflow the embedded model's 256-token context; the chat goes on with the
+    // newest turns and says what it left out.
+    // The AR model reuses its K/V across turns: a prompt that lost its oldest turns starts anew.
+    let env = Env::new();
+    for model in ["tiny-llada", "tiny-ar"] {
+        let mut cmd = env.cmd();
+        cmd.args(["chat", "--no-record", "-m", model]);
+        let turns = "Please tell me: what is 512+389?\n".repeat(12);
+        let out = assert_cmd::Command::from_std(cmd).write_stdin(turns).output().unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{model}: {stderr}");
+        assert_eq!(stdout.lines().count(), 12, "{model}: one reply per turn: {stdout}");
+        assert!(stderr.contains("no longer fit the model's context of 256 tokens"), "{model}: {stderr}");
+        assert!(!stderr.contains("error"), "{model}: {stderr}");
+    }
+}
+
+#[test]
 fn info_and_data_dir_flag() {
     let env = Env::new();
     let v = env.json(&["info", "--json"]);

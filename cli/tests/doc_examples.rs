@@ -80,23 +80,38 @@ fn an_empty_answer_is_explained_not_left_as_a_blank_line() {
     }
 }
 
+/// `unmask chat ARGS` with `input` on standard input, run to its end.
+fn piped_chat(env: &Env, args: &[&str], input: &str) -> std::process::Output {
+    let mut cmd = env.cmd();
+    cmd.arg("chat").args(args);
+    assert_cmd::Command::from_std(cmd).write_stdin(input.to_owned()).output().expect("chat runs")
+}
+
 #[test]
 fn the_readme_s_piped_chat_answers() {
-    let env = Env::new();
-    let mut child = env
-        .cmd()
-        .arg("chat")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("chat starts");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(b"What is 2+3?\n").expect("writes");
-    }
-    let out = child.wait_with_output().expect("chat ends");
+    let out = piped_chat(&Env::new(), &[], "What is 2+3?\n");
     assert!(out.status.success(), "chat failed: {}", String::from_utf8_lossy(&out.stderr));
     assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty(), "chat printed no reply");
+}
+
+#[test]
+fn every_promised_answer_holds_as_a_later_turn_of_one_chat() {
+    // The documented questions asked one after another in one conversation: each must be answered
+    // as it is on its own, whatever the earlier turns were.
+    let promises = promises(&repo_pages());
+    assert!(promises.len() >= 2, "a conversation needs at least two promised answers");
+    let input: String = promises.iter().map(|p| format!("{}\n", p.prompt)).collect();
+    let out = piped_chat(&Env::new(), &["--json"], &input);
+    assert!(out.status.success(), "chat failed: {}", String::from_utf8_lossy(&out.stderr));
+    let replies: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("one JSON object per turn");
+            v["text"].as_str().unwrap_or_default().trim().to_owned()
+        })
+        .collect();
+    assert_eq!(replies.len(), promises.len(), "one reply per question: {replies:?}");
+    for (turn, (p, reply)) in promises.iter().zip(&replies).enumerate() {
+        assert_eq!(reply, &p.answer, "turn {}: {} says \"{}\" answers {}", turn + 1, p.page, p.prompt, p.answer);
+    }
 }

@@ -146,6 +146,13 @@ def eval_tables(name, rust, torch_res, causal):
                    "see models/README.md; `chat` = the intent's exact reply; canvas 64 in blocks of 32, one token "
                    "per step):\n")
         out.append(ci_table(u["tasks"], ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]))
+    t2 = (rust or {}).get("unseen_second_turn")
+    if t2:
+        out.append(f"**As a conversation's second turn** (the first {rust.get('unseen_second_turn_examples_per_family')} "
+                   "unseen messages per family, each after one earlier exchange: another unseen message with its "
+                   "right answer, mostly of another family, rendered as `unmask chat` renders a conversation; same "
+                   f"decoding; overall {t2['accuracy']:.3f}, 95 % Wilson intervals):\n")
+        out.append(ci_table(t2["tasks"], ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]))
     lu = (rust or {}).get("unseen_long")
     if lu:
         out.append(f"**Long answers** (`models/data/unseen_long.jsonl`, answers of 60-260 tokens, held-out words, "

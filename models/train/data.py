@@ -53,14 +53,19 @@ ROLE, ROLE_CLOSE, ROLE_END = "<role>", "</role>", "<|role_end|>"
 TEMPLATES = ("llada", "llada_moe")
 
 
-def chat_prompt(msg, template="llada"):
-    """Prompt part of the family's chat template (generation starts right after).
+def chat_prompt(msg, template="llada", history=()):
+    """Prompt part of the family's chat template (generation starts right after), with earlier
+    `history` turns ((user message, assistant answer) pairs) rendered before it exactly as the Rust
+    engine's `ChatTemplate::render` does.
     llada: LLaDA's Llama-3 style headers (also used by the Llama twins, as the Rust engine does);
     llada_moe: LLaDA-MoE's role tags with its default system turn."""
     if template == "llada_moe":
-        return (f"{ROLE}SYSTEM{ROLE_CLOSE}detailed thinking off{ROLE_END}"
+        turns = "".join(f"{ROLE}HUMAN{ROLE_CLOSE}{u}{ROLE_END}{ROLE}ASSISTANT{ROLE_CLOSE}{a}{ROLE_END}"
+                        for u, a in history)
+        return (f"{ROLE}SYSTEM{ROLE_CLOSE}detailed thinking off{ROLE_END}{turns}"
                 f"{ROLE}HUMAN{ROLE_CLOSE}{msg}{ROLE_END}{ROLE}ASSISTANT{ROLE_CLOSE}")
-    return f"{BOS}{SH}user{EH}\n\n{msg}{EOT}{SH}assistant{EH}\n\n"
+    turns = "".join(f"{SH}user{EH}\n\n{u}{EOT}{SH}assistant{EH}\n\n{a}{EOT}" for u, a in history)
+    return f"{BOS}{turns}{SH}user{EH}\n\n{msg}{EOT}{SH}assistant{EH}\n\n"
 
 
 def chat_answer(ans, template="llada"):

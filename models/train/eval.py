@@ -100,7 +100,17 @@ def template_of(cfg):
 
 
 def prompt_of(row, cfg):
-    return data.chat_prompt(row["message"], template_of(cfg))
+    history = tuple(tuple(t) for t in row.get("history", ()))
+    return data.chat_prompt(row["message"], template_of(cfg), history)
+
+
+def with_history(rows, turns):
+    """Each row as the last message of a conversation whose `turns` earlier turns are other rows of
+    the set with their right answers (a later turn must be answered as a first one is)."""
+    n = len(rows)
+    # offsets far apart in the (family-ordered) set, so earlier turns are mostly other families
+    src = [[rows[(i + (j + 1) * (n // (turns + 1)) + j) % n] for j in range(turns)] for i in range(n)]
+    return [dict(r, history=[(h["message"], h["answer"]) for h in src[i]]) for i, r in enumerate(rows)]
 
 
 def task_eval(model, tok, rows, gen_cfg):
@@ -218,6 +228,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--history", type=int, default=0,
+                    help="earlier turns before each message (other rows with their answers)")
     args = ap.parse_args()
     if args.corpus:
         data.set_corpus_dir(args.corpus)
@@ -238,6 +250,8 @@ def main():
         if counts.get(r["task"], 0) < args.n_per_task:
             counts[r["task"]] = counts.get(r["task"], 0) + 1
             sel.append(r)
+    if args.history > 0:
+        sel = with_history(sel, args.history)
 
     t0 = time.time()
     acc, preds, gen_ids = task_eval(model, tok, sel, gen_cfg)
@@ -248,7 +262,8 @@ def main():
     result = {"model": paths.rel(args.model),
               "arch": model.cfg.arch, "params": model.num_params(),
               "data": os.path.relpath(os.path.abspath(args.data), paths.MODELS),
-              "gen_config": gen_cfg, "n_examples": len(sel), "task_exact_match": acc,
+              "gen_config": gen_cfg, "history_turns": args.history, "n_examples": len(sel),
+              "task_exact_match": acc,
               ("prose_perplexity" if model.cfg.causal else "prose_masked_token"): prose,
               "seconds": {"tasks": round(t_task, 1), "prose": round(t_prose, 1)}}
     print(json.dumps(result, indent=2))

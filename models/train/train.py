@@ -96,6 +96,11 @@ def parse_args(argv=None):
                          "paraphrased instructions, 1-4 digit arithmetic, chat intents); the rest from data.py")
     ap.add_argument("--skills-mix", default=None,
                     help="v2 family weights, e.g. reverse=0.2,chat=0.1 (others keep skills.TRAIN_WEIGHTS)")
+    ap.add_argument("--multi-turn", type=float, default=0.0,
+                    help="fraction of chat examples preceded by 1..--max-history earlier turns (drawn like "
+                         "any example; some answers swapped for another's, as a wrong reply would be), so a "
+                         "later turn of a conversation is answered as a first one")
+    ap.add_argument("--max-history", type=int, default=3)
     ap.add_argument("--sft-frac", type=float, default=0.4)
     ap.add_argument("--block-mask", type=float, default=0.0,
                     help="dLLM: fraction of training sequences masked as semi-autoregressive decoding sees "
@@ -124,6 +129,10 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if not 0.0 <= a.block_mask <= 1.0:
         ap.error(f"--block-mask must be in [0, 1], got {a.block_mask}")
+    if not 0.0 <= a.multi_turn <= 1.0:
+        ap.error(f"--multi-turn must be in [0, 1], got {a.multi_turn}")
+    if a.max_history < 1:
+        ap.error(f"--max-history must be at least 1, got {a.max_history}")
     if a.ckpt_dir is None:
         a.ckpt_dir = os.path.join(paths.CKPT_ROOT, os.path.basename(os.path.normpath(a.out)))
     if a.n_kv_heads is None:
@@ -193,8 +202,8 @@ class Batcher:
         x = torch.from_numpy(np.stack([s[i:i + L] for i in starts]).astype(np.int64))
         return x, torch.ones_like(x, dtype=torch.bool)
 
-    def encode_chat(self, msg, ans, region_len):
-        p = self.tok.encode(data.chat_prompt(msg, self.template)).ids
+    def encode_chat(self, msg, ans, region_len, history=()):
+        p = self.tok.encode(data.chat_prompt(msg, self.template, history)).ids
         a = self.tok.encode(data.chat_answer(ans, self.template)).ids
         if self.diffusion:
             a = a + [EOS_ID] * (max(region_len, len(a)) - len(a))
@@ -209,16 +218,27 @@ class Batcher:
             return region
         return int(rng.integers(8, 3 * region + 1))
 
+    def example(self, rng):
+        if self.skills is not None and rng.random() < self.args.skills:
+            return self.skills.sample(rng)
+        return self.tasks.sample(rng)
+
+    def history(self, rng):
+        """Earlier turns of a conversation; a fifth of their answers belong to another message, as a
+        wrong reply would, so the last message is answered on its own whatever came before."""
+        if self.args.multi_turn <= 0 or rng.random() >= self.args.multi_turn:
+            return ()  # no draw at 0: single-turn recipes keep their exact data
+        turns = [self.example(rng)[1:] for _ in range(int(rng.integers(1, self.args.max_history + 1)))]
+        return tuple((m, self.example(rng)[2] if rng.random() < 0.2 else a) for m, a in turns)
+
     def chat(self, rng, kinds):
         """Chat examples in length buckets (sorted, `--bucket` per forward) so little is padded."""
         seqs = []
         for kind in kinds:
             while True:
-                if self.skills is not None and rng.random() < self.args.skills:
-                    family, msg, ans = self.skills.sample(rng)
-                else:
-                    family, msg, ans = self.tasks.sample(rng)
-                p, a = self.encode_chat(msg, ans, self.region_len(rng, family))
+                family, msg, ans = self.example(rng)
+                history = self.history(rng)
+                p, a = self.encode_chat(msg, ans, self.region_len(rng, family), history)
                 if len(p) + len(a) <= self.max_len:
                     break
                 # A canvas past the model's context is trimmed to it, or the example redrawn.

@@ -10,7 +10,9 @@ use unmask_engine::decode::{self as engine_decode, trim_at_stop, CancelFlag, Ste
 use unmask_engine::model::ChatMessage;
 use unmask_engine::moe::ffn::StaticPlan;
 use unmask_engine::moe::{MoeCalibration, MoePolicy};
-use unmask_engine::run::{effective_settings, static_plan, stop_ids, RunOutcome as EngineRunOutcome, Session};
+use unmask_engine::run::{
+    effective_settings, fit_chat, static_plan, stop_ids, RunOutcome as EngineRunOutcome, Session,
+};
 use unmask_engine::EngineError;
 use unmask_store::{
     recorded_outcome, MessageRole, ModelRecord, NewConversation, NewRun, RunOutcome, RunRecord, RunSpeculation,
@@ -140,8 +142,18 @@ impl AppState {
         let history = self.store.messages(conv.id).await?;
         self.store.add_message(conv.id, MessageRole::User, &req.prompt, None).await?;
         let chat = chat_turns(conv.system_prompt.as_deref(), &history, &req.prompt);
-        let text = loaded.template.render(&chat, true);
-        let ids = loaded.tokenizer.encode(&text)?;
+        // A long conversation keeps going: the oldest exchanges that no longer fit the context
+        // are left out of the prompt (they stay stored and shown).
+        let room = loaded.transformer.config.max_seq.saturating_sub(settings.gen_length);
+        let fitted = fit_chat(&loaded.template, &loaded.tokenizer, &chat, room)?;
+        if fitted.left_out > 0 {
+            tracing::info!(
+                conversation = conv.id,
+                left_out = fitted.left_out,
+                "oldest messages left out of the context"
+            );
+        }
+        let ids = fitted.ids;
 
         let record = self
             .decode_run(&model, loaded, ids, &req.prompt, settings, &req.backend, draft, sink.clone(), Some(conv.id))

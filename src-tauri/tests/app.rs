@@ -212,6 +212,39 @@ async fn regenerate_replaces_the_turn_and_compare_shows_both_runs() {
     assert_eq!(err.kind, AppErrorKind::Invalid);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_conversation_keeps_answering_with_its_oldest_turns_left_out_of_the_prompt() {
+    // Twelve turns overflow the embedded model's 256-token context: each turn still runs, on the
+    // newest turns that fit, and every message stays stored.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = AppState::open(dir.path()).await.expect("open");
+    let mut conv = None;
+    let mut last_prompt_tokens = 0;
+    for turn in 0..12 {
+        let mut req = request("Please tell me: what is 512+389?");
+        req.conversation_id = conv;
+        let sink = Arc::new(CollectSink::<GenerateEvent>::default());
+        state.generate(req, sink.clone()).await.unwrap_or_else(|e| panic!("turn {}: {}", turn + 1, e.message));
+        let events = sink.events();
+        match events.first() {
+            Some(GenerateEvent::Started { conversation_id, prompt_tokens, canvas_length, .. }) => {
+                conv = Some(*conversation_id);
+                last_prompt_tokens = *prompt_tokens;
+                // The canvas is the prompt and the tokens to generate.
+                assert!(
+                    *canvas_length <= 256,
+                    "turn {}: {prompt_tokens} prompt tokens, canvas {canvas_length}",
+                    turn + 1
+                );
+            }
+            other => panic!("turn {}: first event {other:?}", turn + 1),
+        }
+    }
+    let msgs = state.get_conversation(conv.expect("a conversation")).await.expect("conv").messages;
+    assert_eq!(msgs.len(), 24, "every message stored");
+    assert!(last_prompt_tokens > 0);
+}
+
 /// Stops the run as soon as it starts.
 struct StopOnStart {
     state: Arc<AppState>,

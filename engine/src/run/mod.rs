@@ -5,6 +5,7 @@
 //! store to record.
 
 pub(crate) mod backend_spec;
+pub(crate) mod chat_context;
 pub(crate) mod executor;
 pub(crate) mod moe_calibrate;
 pub(crate) mod overrides;
@@ -14,6 +15,7 @@ pub(crate) mod stop;
 use std::path::PathBuf;
 
 pub use backend_spec::{BackendSpec, DEFAULT_DEVICE, DEFAULT_QNN_LIBRARY};
+pub use chat_context::{fit_chat, FittedChat};
 pub use executor::{Executor, RunTimeline, TimelineMark};
 pub use moe_calibrate::{calibrate_moe, static_plan, CalibrationShape};
 pub use overrides::{effective_settings, SettingsOverrides, DEFAULTS_THAT_DIFFER};

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::backend_spec::BackendSpec;
+use super::chat_context::{fit_chat, FittedChat};
 use super::executor::{Executor, RunTimeline};
 use super::overrides::{effective_settings, SettingsOverrides};
 use super::stop::stop_ids;
@@ -235,6 +236,13 @@ impl Session {
             RunPrompt::Raw(text) => self.model.tokenizer.encode(text),
             RunPrompt::Chat(messages) => self.model.tokenizer.encode(&self.model.template.render(messages, true)),
         }
+    }
+
+    /// Token ids of a conversation fitted into the model's context with room for the answer
+    /// `settings` generates (the oldest exchanges left out where needed, see [`fit_chat`]).
+    pub fn chat_prompt_ids(&self, messages: &[ChatMessage], settings: &DecodeSettings) -> Result<FittedChat> {
+        let room = self.model.transformer.config.max_seq.saturating_sub(settings.gen_length);
+        fit_chat(&self.model.template, &self.model.tokenizer, messages, room)
     }
 
     /// Checks a request before anything is sized by it (callers with buffers of their own,
