@@ -467,7 +467,7 @@ def render_ablation_search(d):
     s = d.get("search") or {}
     if not s:
         return []
-    out = ["### ablation: the search (validation split)\n",
+    out = ["### ablation: the search (tuning split)\n",
            f"Chosen on {g(s.get('split'))}, {g(s.get('examples'))} prompts, before anything ran on the evaluation "
            f"set. Rule (from the JSON): {g(s.get('rule'))}.\n"]
     rows = []
@@ -482,7 +482,7 @@ def render_ablation_search(d):
                table(["point", "accuracy", "change (points)", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
     ch = s.get("chosen_speculation") or {}
     out.append(f"Chosen: **{g(ch.get('name'))}**, {pts(s.get('chosen_speculation_loss_points'))} points lost against "
-               f"its control on the validation split.\n")
+               f"its control on the tuning split.\n")
     rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
              g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),
              g(p.get("cpu_path_forwards")), fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
@@ -518,7 +518,8 @@ def render_ablation_answer(d):
                  g(v.get("forwards")), g(v.get("revisions")),
                  " / ".join(g(x) for x in v.get("revisions_fixed_broke_neutral") or [])]
                 for k, v in m["variants"].items()]
-        out.append(f"The same settings on `{g(m.get('model'))}` (not searched on it; {g(m.get('examples'))} prompts; "
+        src = f" of `{m['eval_set']}` ({m.get('eval_set_note') or 'its own prompts'})" if m.get("eval_set") else ""
+        out.append(f"The same settings on `{g(m.get('model'))}` (not searched on it; {g(m.get('examples'))} prompts{src}; "
                    f"canvas: {g(m.get('canvas'))}; timing: {g(m.get('timing'))}); speculation {paired_cell(m.get('speculation_loss'))} "
                    f"(control minus speculative), revision {paired_cell(m.get('revision_recovery'))}:\n\n" +
                    table(["variant", "accuracy", "95 % interval", "forwards", "revisions", "fixed / broke / neutral"], rows))
@@ -528,8 +529,11 @@ def render_ablation_answer(d):
 def render_ablation(d):
     out = []
     v = d.get("variants") or {}
-    out.append(f"The embedded model on the virtual NPU, {g(d.get('examples_per_task'))} held-out prompts per task"
-               f"{' of `' + d['eval_set'] + '`' if d.get('eval_set') else ''}. {settings_line(d.get('settings'))}\n")
+    kind = ("unseen-word, paraphrased-instruction prompts" if d.get("prompts") == "unseen"
+            else "held-out prompts")
+    tune = f"; the search tunes on `{d['tune_set']}`" if d.get("tune_set") else ""
+    out.append(f"The embedded model on the virtual NPU, {g(d.get('examples_per_task'))} {kind} per task"
+               f"{' of `' + d['eval_set'] + '`' if d.get('eval_set') else ''}{tune}. {settings_line(d.get('settings'))}\n")
     out += render_ablation_answer(d)
     out += render_ablation_search(d)
     if d.get("timing"):

@@ -1,7 +1,8 @@
-//! Suite `ablation`: does dual-path progressive revision earn its place? First a search on the
-//! validation split for a setting where speculation loses accuracy and revision might win it
-//! back (`ablation_search`); then, on the large evaluation set (300 prompts per task, its own
-//! seed), the reference, prefix-cache decoding, speculation and revision at their defaults, and
+//! Suite `ablation`: does dual-path progressive revision earn its place? First a search on a
+//! tuning split for a setting where speculation loses accuracy and revision might win it back
+//! (`ablation_search`); then, on the evaluation set (300 prompts per family, none of them in the
+//! tuning split; by default the unseen-word, paraphrased-instruction set: reversal, sorting,
+//! copying, key-value lookup, arithmetic, counting, chat; `$UNMASK_ABLATION_PROMPTS`), the reference, prefix-cache decoding, speculation and revision at their defaults, and
 //! the searched point without speculation / speculative / speculative + revision: accuracy with
 //! 95 % intervals and paired differences, forwards, LM-head rows, revisions (fixed / broke),
 //! CPU wall time, simulated NPU latency and energy; the searched point again on the MoE dLLM;
@@ -59,7 +60,7 @@ fn variants(base: &DecodeSettings) -> Vec<Variant> {
         // The same with the CPU path in lockstep (every step waits for its job).
         v("spec_revision_lockstep", DecodeSettings { speculative: spec, revision: Some(RevisionSettings { schedule: CpuPathSchedule::Lockstep, ..Default::default() }), ..prefix.clone() }, true),
         // Aggressive speculation: look ahead on every step, accept drafts by their own confidence
-        // (not by the fresh forward's agreement). The search (validation split) covers this and
+        // (not by the fresh forward's agreement). The search (tuning split) covers this and
         // more, with revision thresholds swept on its point.
         v("spec_aggressive", DecodeSettings { speculative: aggressive, ..prefix }, true),
     ]
@@ -225,16 +226,50 @@ fn per_task(name: &str, quick: bool, default: usize) -> usize {
     }
 }
 
-/// Path of the large evaluation set (300 prompts per task, its own seed, nothing shared with the
-/// validation split the search tunes on).
-fn eval_set() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/eval_large.jsonl")
+/// The prompts the suite tunes and judges on: a tuning split for the search and a disjoint
+/// evaluation set of 300 prompts per family.
+pub(crate) struct PromptSets {
+    /// `unseen` or `in-distribution`.
+    pub(crate) name: &'static str,
+    /// Repository-relative paths (for the JSON).
+    pub(crate) tune: &'static str,
+    pub(crate) eval: &'static str,
 }
+
+impl PromptSets {
+    /// `$UNMASK_ABLATION_PROMPTS`: `unseen` (default: held-out words and paraphrased instructions,
+    /// where the model is unsure and speculation and revision have something to do) or
+    /// `in-distribution` (the training generators' own words and templates, another seed).
+    fn from_env() -> Result<Self> {
+        match std::env::var("UNMASK_ABLATION_PROMPTS").as_deref() {
+            Err(_) | Ok("unseen") => Ok(UNSEEN_PROMPTS),
+            Ok("in-distribution") => Ok(PromptSets {
+                name: "in-distribution",
+                tune: "models/data/val.jsonl",
+                eval: "models/data/eval_large.jsonl",
+            }),
+            Ok(other) => anyhow::bail!("UNMASK_ABLATION_PROMPTS={other}: expected `unseen` or `in-distribution`"),
+        }
+    }
+}
+
+const UNSEEN_PROMPTS: PromptSets =
+    PromptSets { name: "unseen", tune: "models/data/unseen_val.jsonl", eval: "models/data/unseen.jsonl" };
+
+/// A repository-relative path from this crate.
+fn repo_path(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// The in-distribution evaluation set, for the MoE dLLM: it was trained on the training
+/// generators only and answers almost none of the unseen prompts (quality suite), so speculation
+/// and revision could not change its accuracy there.
+const MOE_EVAL_SET: &str = "models/data/eval_large.jsonl";
 
 /// Canvas of the MoE dLLM's shipped decoding (`models/tiny-llada-moe/generation_config.json`).
 const MOE_CANVAS: usize = 16;
 
-/// The searched settings judged on the MoE dLLM (chosen on tiny-llada's validation split, not
+/// The searched settings judged on the MoE dLLM (chosen on tiny-llada's tuning split, not
 /// searched again here), same virtual NPU and evaluation prompts.
 fn moe_section(searched: &crate::ablation_search::Search, base: &DecodeSettings, examples: &[TaskExample]) -> Result<Value> {
     let per_task = examples.first().map_or(0, |f| examples.iter().filter(|e| e.task == f.task).count());
@@ -280,6 +315,8 @@ fn moe_section(searched: &crate::ablation_search::Search, base: &DecodeSettings,
         "timing": "virtual NPU SM8750 timed_as LLaDA-8B (dense shapes: the MoE model's own math, charged as the dense 8B)",
         "examples": examples.len(),
         "examples_per_task": per_task,
+        "eval_set": MOE_EVAL_SET,
+        "eval_set_note": "in-distribution prompts: the MoE dLLM was trained on the training generators only and answers almost none of the unseen ones",
         "canvas": format!("{MOE_CANVAS} tokens, {MOE_CANVAS} steps (the model's generation_config); prefix_cache in one block, the others with the searched block, speculation and revision"),
         "variants": rows,
         "speculation_loss": paired_points(&correct[2], &correct[1]),
@@ -315,10 +352,11 @@ pub fn run(quick: bool) -> Result<Value> {
     let TimedModel { transformer, tok, stop, mut backend, .. } = timed_model("tiny-llada")?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
     let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };
-    // Settings where the question can be answered, chosen on the validation split only.
-    let val = tasks::load(&tasks::val_split(), per_task_val)?;
-    let searched = crate::ablation_search::search(&mut backend, &tok, &val, &prefix, &stop)?;
-    let examples = tasks::load(&eval_set(), per_task_eval)?;
+    // Settings where the question can be answered, chosen on the tuning split only.
+    let prompts = PromptSets::from_env()?;
+    let val = tasks::load(&repo_path(prompts.tune), per_task_val)?;
+    let searched = crate::ablation_search::search(&mut backend, &tok, &val, &prefix, &stop, prompts.tune)?;
+    let examples = tasks::load(&repo_path(prompts.eval), per_task_eval)?;
     let mut all = variants(&base);
     all.push(Variant { name: "searched_control".into(), settings: searched.control.clone(), npu_loop: false });
     all.push(Variant { name: "spec_searched".into(), settings: searched.speculative.clone(), npu_loop: true });
@@ -335,7 +373,8 @@ pub fn run(quick: bool) -> Result<Value> {
     }
     eprintln!("[ablation] host wall time (CPU backend, dense path on one core, CPU path on the other)");
     // Wall-time ratios need fewer prompts than accuracy: the first ones of each task.
-    let wall_examples = tasks::load(&eval_set(), per_task("UNMASK_ABLATION_WALL_PER_TASK", quick, 50).min(per_task_eval))?;
+    let wall_examples =
+        tasks::load(&repo_path(prompts.eval), per_task("UNMASK_ABLATION_WALL_PER_TASK", quick, 50).min(per_task_eval))?;
     let host_wall = crate::ablation_wall::measure(&transformer, &tok, &wall_examples, &base, &searched.spec_revision, &stop)?;
     let find = |n: &str| {
         results.iter().position(|(name, ..)| name == n).ok_or_else(|| anyhow::anyhow!("ablation: no variant named {n}"))
@@ -387,7 +426,8 @@ pub fn run(quick: bool) -> Result<Value> {
         && fw_ratio(s_both) <= 0.8
         && sim8b(s_both) / sim8b(prefix) <= 0.85;
     eprintln!("[ablation] the searched settings on tiny-llada-moe");
-    let moe_examples = tasks::load(&eval_set(), per_task("UNMASK_ABLATION_MOE_PER_TASK", quick, 100).min(per_task_eval))?;
+    let moe_examples =
+        tasks::load(&repo_path(MOE_EVAL_SET), per_task("UNMASK_ABLATION_MOE_PER_TASK", quick, 100).min(per_task_eval))?;
     let moe = moe_section(&searched, &base, &moe_examples)?;
     let buckets = backend.cost_profile().map(|c| c.token_buckets);
     Ok(json!({
@@ -439,7 +479,9 @@ pub fn run(quick: bool) -> Result<Value> {
         "token_buckets": buckets,
         "revision": RevisionSettings::default(),
         "examples_per_task": per_task_eval,
-        "eval_set": "models/data/eval_large.jsonl",
+        "prompts": prompts.name,
+        "eval_set": prompts.eval,
+        "tune_set": prompts.tune,
         "search": searched.json,
         "variants": rows,
         "confidence_calibration_prefix_cache": calibration(&results[prefix].2.calibration),

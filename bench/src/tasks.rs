@@ -255,6 +255,27 @@ mod tests {
         }
     }
 
+    /// The ablation tunes on `unseen_val.jsonl` and judges on `unseen.jsonl`: 50 prompts per
+    /// family, held-out words only, none of them an evaluation prompt.
+    #[test]
+    fn the_unseen_tuning_split_shares_no_prompt_with_the_evaluation_set() {
+        let eval: std::collections::HashSet<String> = unseen().into_iter().filter_map(|r| r.message).collect();
+        let tune = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/data/unseen_val.jsonl"), usize::MAX)
+            .unwrap();
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &tune {
+            *per.entry(r.task.as_str()).or_default() += 1;
+            let m = r.message.as_deref().expect("tuning rows carry the message");
+            assert!(!eval.contains(m), "{m:?} is also an evaluation prompt");
+            if ["reverse", "sort", "copy", "count"].contains(&r.task.as_str()) {
+                let list = &m[m.find(": ").expect("instruction: list") + 2..];
+                assert!(list.split([' ', ',']).filter(|w| !w.is_empty()).all(held_out), "{m:?}");
+            }
+        }
+        assert_eq!(per.len(), 8, "{per:?}");
+        assert!(per.values().all(|&n| n == 50), "{per:?}");
+    }
+
     #[test]
     fn every_listed_word_of_the_unseen_set_is_a_held_out_word() {
         let mut checked = 0;

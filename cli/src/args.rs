@@ -205,6 +205,10 @@ pub struct DecodeArgs {
     /// Revision: visible positions the CPU path re-checks per step [default: 4].
     #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
     pub revision_max_checks: Option<usize>,
+    /// Revision: positions before the current block that stay revisable, re-checked with the
+    /// later blocks as context [default: 0 = a block settles when it completes].
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_lookback: Option<usize>,
     /// Revision: `async` = the dense path never waits for the CPU path (verdicts land when its
     /// job ends, on the simulated device clock; deterministic); `lockstep` = every step waits for
     /// it; `threaded` = the CPU path runs on its own thread and core for the whole run and its
@@ -253,6 +257,7 @@ impl DecodeArgs {
                 revise_margin: self.revision_margin.unwrap_or(d.revise_margin),
                 stable_checks: self.revision_stable_checks.unwrap_or(d.stable_checks),
                 max_checks: self.revision_max_checks.unwrap_or(d.max_checks),
+                lookback: self.revision_lookback.unwrap_or(d.lookback),
                 schedule: self.revision_schedule,
                 at_end: self.revision_at_end,
             }

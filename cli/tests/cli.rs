@@ -93,7 +93,7 @@ fn npu_aware_flags_reach_the_decoder() {
     let env = Env::new();
     let base = ["generate", "Sort: pear apple fig", "--json", "--gen-length", "32", "--block-length", "8", "--steps", "32"];
     let mut a = base.to_vec();
-    a.extend(["--speculative", "--spec-lookahead", "8", "--spec-buckets", "8,16", "--revision", "--revision-max-checks", "2"]);
+    a.extend(["--speculative", "--spec-lookahead", "8", "--spec-buckets", "8,16", "--revision", "--revision-max-checks", "2", "--revision-lookback", "8"]);
     let v = env.json(&a);
     let run = v["run_id"].as_i64().unwrap();
     let show = env.json(&["runs", "show", &run.to_string(), "--json"]);
@@ -101,6 +101,7 @@ fn npu_aware_flags_reach_the_decoder() {
     assert_eq!(s["speculative"]["max_lookahead"], 8);
     assert_eq!(s["speculative"]["token_buckets"], serde_json::json!([8, 16]));
     assert_eq!(s["revision"]["max_checks"], 2);
+    assert_eq!(s["revision"]["lookback"], 8);
     assert_eq!(s["revision"]["stable_threshold"], 0.9);
 }
 

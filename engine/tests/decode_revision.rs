@@ -163,6 +163,42 @@ fn lockstep(cache: CacheMode) -> DecodeSettings {
     s
 }
 
+/// With a look-back, tokens of completed blocks stay Visible and are re-checked (and revised,
+/// their cached K/V merged in place) while later blocks commit, never further back than the
+/// look-back; without one, no check ever reaches before its block. Everything ends Stable.
+#[test]
+fn lookback_keeps_completed_blocks_revisable() {
+    let p = prompt("llada", 0);
+    for lookback in [0usize, 16] {
+        let mut s = lockstep(CacheMode::Prefix);
+        if let Some(r) = s.revision.as_mut() {
+            r.lookback = lookback;
+        }
+        let mut be = FakeNpu::new(model("llada"), None);
+        let (out, stats, frames) = run_npu(&mut be, &p, &s);
+        let mut behind = 0;
+        for (step, positions) in &stats.checks {
+            let block = frames[*step].block;
+            assert!(positions.iter().all(|&q| q + lookback >= block.0 && q < block.1), "step {step}: {positions:?}");
+            behind += positions.iter().filter(|&&q| q < block.0).count();
+        }
+        let revised_behind = frames
+            .iter()
+            .flat_map(|f| f.changes.iter().filter(|c| c.revised && c.pos < f.block.0))
+            .count();
+        let merged_behind =
+            stats.merges.iter().filter(|m| m.positions.iter().any(|&q| q < frames[m.step].block.0)).count();
+        if lookback == 0 {
+            assert_eq!((behind, revised_behind, merged_behind), (0, 0, 0));
+        } else {
+            assert!(behind > 0, "no check reached a completed block");
+            assert!(revised_behind > 0, "no revision in a completed block");
+            assert!(merged_behind > 0, "no revised K/V merged behind the current block");
+        }
+        assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+    }
+}
+
 /// On the virtual NPU the CPU path is the phone's CPU: its forwards are simulated on the profile's
 /// CPU cores and appear on the device timeline as `cpu_path` tasks beside the dense forward of
 /// their step; in lockstep a step lasts as long as the longer path.
@@ -253,6 +289,34 @@ fn async_cpu_path_never_stalls_the_dense_path() {
     assert!(out.simulated_s.unwrap() < lo.simulated_s.unwrap());
     // Every Visible token still ends Stable.
     assert!((p.len()..out.canvas.len()).all(|q| out.canvas.state(q) == TokenState::Stable));
+}
+
+/// Draining the last job on the async schedule: the dense path waits for that job's simulated
+/// end, and the wait is charged to the run's last step, so draining never looks free.
+#[test]
+fn async_drain_charges_the_wait_for_the_last_job() {
+    use unmask_engine::backend::vnpu::replay::ModelPreset;
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
+    let p = prompt("llada", 1);
+    let mut s = settings(CacheMode::Prefix);
+    if let Some(r) = s.revision.as_mut() {
+        r.lookback = 16;
+    }
+    let (dropped, sd, fd) = run_npu(&mut vnpu(), &p, &s);
+    if let Some(r) = s.revision.as_mut() {
+        r.at_end = CpuPathEnd::Drain;
+    }
+    let (drained, sn, fn_) = run_npu(&mut vnpu(), &p, &s);
+    assert_eq!((sd.dropped_jobs, sn.drained_jobs), (1, 1), "a job should be in flight at the end");
+    // Identical runs up to the last step, whose time includes the wait.
+    assert_eq!(fd.len(), fn_.len());
+    let last = |f: &[unmask_engine::decode::StepFrame]| f.last().and_then(|f| f.simulated_s).unwrap();
+    assert!(last(&fn_) > last(&fd), "{} vs {}", last(&fn_), last(&fd));
+    let (a, b) = (dropped.simulated_s.unwrap(), drained.simulated_s.unwrap());
+    assert!((b - a - (last(&fn_) - last(&fd))).abs() < 1e-9 * b);
+    assert!((b - fn_.iter().filter_map(|f| f.simulated_s).sum::<f64>()).abs() < 1e-9 * b);
 }
 
 fn threaded(cache: CacheMode, at_end: CpuPathEnd) -> DecodeSettings {

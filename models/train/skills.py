@@ -31,6 +31,8 @@ from . import data
 FAMILIES = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
 UNSEEN_SEED = 424242
 N_PER_FAMILY_UNSEEN = 300
+# Tuning split of the same generator (the ablation bench searches its settings on it).
+N_PER_FAMILY_UNSEEN_VAL = 50
 MAX_ITEMS = 12
 # Default training weights of the families (train.py --skills-mix overrides)
 TRAIN_WEIGHTS = {"add": 0.15, "sub": 0.12, "reverse": 0.16, "sort": 0.16, "copy": 0.10, "kv": 0.13,
@@ -430,31 +432,47 @@ class SkillSampler:
         return f, msg, ans
 
 
-def unseen_set(per_family=N_PER_FAMILY_UNSEEN, seed=UNSEEN_SEED):
-    """The unseen-word, paraphrased-instruction evaluation set: `per_family` distinct messages per
-    family, every word and instruction from the held-out side."""
+def heldout_rows(per_family, seed, exclude=frozenset()):
+    """`per_family` distinct held-out-side messages per family (words and instructions no
+    training example uses), none of them in `exclude`."""
     rows = []
     for fi, fam in enumerate(FAMILIES):
         rng = np.random.default_rng([seed, fi])
         seen = set()
         while len(seen) < per_family:
             msg, ans = task(rng, fam, "heldout")
-            if msg in seen:
+            if msg in seen or msg in exclude:
                 continue
             seen.add(msg)
             rows.append({"task": fam, "message": msg, "prompt": data.chat_prompt(msg), "answer": ans})
     return rows
 
 
+def unseen_set(per_family=N_PER_FAMILY_UNSEEN, seed=UNSEEN_SEED):
+    """The unseen-word, paraphrased-instruction evaluation set: `per_family` distinct messages per
+    family, every word and instruction from the held-out side."""
+    return heldout_rows(per_family, seed)
+
+
+def unseen_val_set(per_family=N_PER_FAMILY_UNSEEN_VAL, seed=UNSEEN_SEED + 2):
+    """Tuning split of the unseen generator (held-out words and instructions, like the evaluation
+    set): `per_family` distinct messages per family, none of them in `unseen_set()`, so a search
+    tuned on it is judged on prompts it never saw. Nothing is trained on either."""
+    return heldout_rows(per_family, seed, exclude={r["message"] for r in unseen_set()})
+
+
 def write_unseen(out_dir=data.DATA_DIR, per_family=N_PER_FAMILY_UNSEEN, long=False):
     import os
     rows = unseen_long_set(per_family) if long else unseen_set(per_family)
     data.write_task_rows(os.path.join(out_dir, "unseen_long.jsonl" if long else "unseen.jsonl"), rows)
+    if not long:
+        data.write_task_rows(os.path.join(out_dir, "unseen_val.jsonl"), unseen_val_set())
 
 
 def main():
     import argparse
-    ap = argparse.ArgumentParser(description="Write models/data/unseen.jsonl and unseen_long.jsonl: the "
+    ap = argparse.ArgumentParser(description="Write models/data/unseen.jsonl, unseen_val.jsonl (its tuning split) and "
+                                             "unseen_long.jsonl: the "
                                              "unseen-word, paraphrased-instruction evaluation sets of the v2 "
                                              "skills and of the long-answer families.")
     ap.add_argument("--corpus", default=data.CORPUS_DIR, help="folder of Gutenberg *.txt (default: %(default)s)")

@@ -197,6 +197,11 @@ pub(crate) fn run_loop(
                 if let Some(c) = cpu_path.as_mut() {
                     let ends_run = b + 1 == settings.num_blocks() || ends_in_stop(&canvas, block);
                     changes.extend(c.leave_block(&mut canvas, prompt.len(), block, step, ends_run, &mut stats)?);
+                    let waited = c.take_drain_wait_s();
+                    if let (Some(s), true) = (step_sim.as_mut(), waited > 0.0) {
+                        *s += waited;
+                        *counters.simulated.get_or_insert(0.0) += waited;
+                    }
                 }
             }
             if npu_aware {

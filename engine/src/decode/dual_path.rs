@@ -36,7 +36,10 @@
 //!    accepted drafts on the block's first step); future-block predictions become drafts.
 //! 5. **Step boundary.** Revisions are applied, their K/V (side buffer in the NPU's 32×32 tile
 //!    layout; on the virtual NPU the cache itself is tiled and is read and written in place)
-//!    merged into the cache, and the block's Visible tokens promoted when the block completes.
+//!    merged into the cache, and the block's Visible tokens promoted when the block completes
+//!    (all but the revision look-back before the next block, which settles as the window moves
+//!    past it). A revised token behind the cache frontier gets its K/V merged in place; the
+//!    cached positions after it keep the K/V they had (the prefix cache's usual staleness).
 //!
 //! Invariants (tested in `tests/decode_speculative.rs`):
 //! * No commit ever lands outside the current block; drafts are never committed while their
@@ -285,6 +288,8 @@ pub(crate) struct CpuPath {
     in_flight: Option<InFlight>,
     /// Simulated time of the dense path (the device clock the async schedule runs on).
     clock: f64,
+    /// Simulated time the dense path waited at the end of the run for a drained job.
+    drain_wait_s: f64,
     mask: u32,
     shift: bool,
     cached: bool,
@@ -316,6 +321,7 @@ impl CpuPath {
             at_end,
             in_flight: None,
             clock: 0.0,
+            drain_wait_s: 0.0,
             mask: cfg.mask_token_id.unwrap_or(0),
             shift: cfg.shift_logits,
             cached: false,
@@ -333,6 +339,10 @@ impl CpuPath {
     pub(crate) fn commit_state(&self, confidence: f64) -> TokenState {
         self.life.commit_state(confidence)
     }
+    /// First position whose Visible tokens are still revisable while `block` is current.
+    fn revisable_from(&self, block: (usize, usize)) -> usize {
+        block.0.saturating_sub(self.life.settings().lookback)
+    }
 
     /// The job of this step: only when the CPU path is idle (async) or every step (lockstep).
     pub(crate) fn job(
@@ -343,7 +353,7 @@ impl CpuPath {
         w: &StepWindow,
         stats: &mut DualPathStats,
     ) -> Option<RevisionJob> {
-        let checks = self.life.pick_checks(canvas, block.0, block.1);
+        let checks = self.life.pick_checks(canvas, self.revisable_from(block), block.1);
         if checks.is_empty() {
             return None;
         }
@@ -473,7 +483,7 @@ impl CpuPath {
             }
         }
         // Tokens of finished blocks that waited for these verdicts are done now.
-        let late = self.life.promote_block(canvas, prompt_len, block.0, step, &[]);
+        let late = self.life.promote_block(canvas, prompt_len, self.revisable_from(block), step, &[]);
         stats.promotions += late.len();
         changes.extend(late);
         Ok(changes)
@@ -499,7 +509,10 @@ impl CpuPath {
         if let Some(t) = self.thread.as_ref() {
             waiting.extend_from_slice(t.checking());
         }
-        let promoted = self.life.promote_block(canvas, prompt_len, block.1, step, &waiting);
+        // The next block starts at `block.1`: the look-back before it stays revisable, unless the
+        // run ends here.
+        let settle_to = if ends_run { block.1 } else { block.1.saturating_sub(self.life.settings().lookback) };
+        let promoted = self.life.promote_block(canvas, prompt_len, settle_to, step, &waiting);
         stats.promotions += promoted.len();
         changes.extend(promoted);
         Ok(changes)
@@ -514,6 +527,9 @@ impl CpuPath {
                 self.in_flight = Some(InFlight { outcome: o, done_at: self.clock, step: launched });
             }
             if let Some(f) = self.in_flight.take() {
+                // Waiting for the job's simulated end is the dense path's time too.
+                self.drain_wait_s = (f.done_at - self.clock).max(0.0);
+                self.clock += self.drain_wait_s;
                 stats.drained_jobs += 1;
                 stats.deferred += usize::from(f.step != step);
                 let changes = self.life.apply(canvas, &f.outcome, step);
@@ -526,6 +542,11 @@ impl CpuPath {
         stats.dropped_jobs += usize::from(self.in_flight.take().is_some());
         stats.dropped_jobs += usize::from(self.thread.as_mut().is_some_and(RevisionThread::abandon));
         Ok(Vec::new())
+    }
+
+    /// Simulated seconds the run's end waited for a drained job (charged to the last step).
+    pub(crate) fn take_drain_wait_s(&mut self) -> f64 {
+        std::mem::take(&mut self.drain_wait_s)
     }
 
     /// A job still in flight when the run ends (stopped early) never lands; the worker thread,

@@ -5,15 +5,18 @@
 //!
 //! * A commit with confidence ≥ `stable_threshold` goes straight to Stable, otherwise Visible.
 //! * Each step, the CPU path ([`RevisionWorker`], on its own thread next to the dense forward)
-//!   re-scores up to `max_checks` Visible positions of the current block (lowest commit
-//!   confidence first). Choice: the checked positions are **re-masked** in that forward, because
-//!   a LLaDA-style model is trained to predict masked positions only; the row of a visible token
-//!   mostly echoes its own input and says little about whether the context supports it.
+//!   re-scores up to `max_checks` Visible positions of the current block and the `lookback`
+//!   positions before it (lowest commit confidence first). Choice: the checked positions are
+//!   **re-masked** in that forward, because a LLaDA-style model is trained to predict masked
+//!   positions only; the row of a visible token mostly echoes its own input and says little
+//!   about whether the context supports it.
 //! * [`judge`]: with `p_cur` = probability of the current token and `best` the top non-mask token,
 //!   the token is **revised** to `best` when `best ≠ current`, `p_cur < visible_threshold` and
 //!   `p_best ≥ p_cur + revise_margin`; it is **confirmed** when `p_cur ≥ stable_threshold`
 //!   (`stable_checks` confirmations in a row promote it to Stable); otherwise it stays Visible.
-//! * Leaving a block promotes its remaining Visible tokens to Stable.
+//! * Leaving a block promotes its remaining Visible tokens to Stable, except the last `lookback`
+//!   positions before the current block: those stay Visible (and are re-checked, with the
+//!   later blocks' tokens as context) until the current block moves past them.
 //! * Revised tokens' K/V are recomputed on the CPU path against a snapshot of the prefix cache
 //!   and written to a side buffer in the NPU's tiled layout ([`PendingKv`] / `TiledKv`); the
 //!   loop merges them into the prefix cache only at the step boundary (delayed merge).
@@ -74,6 +77,10 @@ pub struct RevisionSettings {
     pub stable_checks: usize,
     /// Visible positions re-checked per step (the CPU path's budget).
     pub max_checks: usize,
+    /// Positions before the current block whose Visible tokens stay revisable (0: a block's
+    /// tokens settle when it completes). With a look-back the CPU path re-checks a token once the
+    /// blocks right of it have committed, i.e. with the right-hand context its commit lacked.
+    pub lookback: usize,
     /// How the CPU path is scheduled against the dense path.
     pub schedule: CpuPathSchedule,
     /// A job still running at the end of the run: dropped or drained.
@@ -88,6 +95,7 @@ impl Default for RevisionSettings {
             revise_margin: 0.2,
             stable_checks: 2,
             max_checks: 4,
+            lookback: 0,
             schedule: CpuPathSchedule::Async,
             at_end: CpuPathEnd::Drop,
         }

@@ -118,6 +118,7 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             revise_margin: float(src),
             stable_checks: size(src),
             max_checks: size(src),
+            lookback: size(src),
             schedule: src.pick(&[CpuPathSchedule::Async, CpuPathSchedule::Lockstep, CpuPathSchedule::Threaded]),
             at_end: src.pick(&[CpuPathEnd::Drop, CpuPathEnd::Drain]),
         }),
