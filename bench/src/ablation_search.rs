@@ -14,8 +14,8 @@
 //!    forwards);
 //! 2. revision on that point: visible threshold x revise margin (16 re-checks per step), for the
 //!    asynchronous CPU path (its last job dropped or drained) and the lockstep one (every step's
-//!    job runs), each settling a block when it completes or keeping a look-back of 16 positions
-//!    revisable (re-checked with the later blocks as context). Highest accuracy within 0.85x the
+//!    job runs), each settling a block when it completes or keeping a look-back of 16 or 32
+//!    positions revisable (re-checked with the later blocks as context). Highest accuracy within 0.85x the
 //!    simulated latency of prefix-cache decoding is kept (the goal's budget; ties: fewer CPU-path
 //!    forwards; if no point fits, highest accuracy).
 
@@ -37,9 +37,10 @@ const MAX_FORWARDS_RATIO: f64 = 0.8;
 /// issue's goal).
 const MAX_SIM_LATENCY_RATIO: f64 = 0.85;
 
-/// The revision grid's look-back: half the suite's 32-token canvas stays revisable behind the
-/// current block, so a token is re-checked once the blocks after it have committed.
-const LOOKBACK: usize = 16;
+/// The revision grid's look-backs: none (a block settles when it completes), half the suite's
+/// 32-token canvas, or all of it stays revisable behind the current block, so a token is
+/// re-checked once the blocks after it have committed.
+const LOOKBACKS: [usize; 3] = [0, 16, 32];
 
 /// What the search chose, and the grid behind it.
 pub struct Search {
@@ -172,8 +173,7 @@ fn revision_grid() -> Vec<RevisionSettings> {
     ] {
         for visible_threshold in [0.9f64, 0.99] {
             for revise_margin in [0.0, 0.2] {
-                // Settle each block as it completes, or keep the last half canvas revisable.
-                for lookback in [0, LOOKBACK] {
+                for lookback in LOOKBACKS {
                     let stable_threshold = visible_threshold.max(RevisionSettings::default().stable_threshold);
                     out.push(RevisionSettings {
                         visible_threshold,
