@@ -2,7 +2,8 @@
 //! tuning split for a setting where speculation loses accuracy and revision might win it back
 //! (`ablation_search`); then, on the evaluation set (300 prompts per family, none of them in the
 //! tuning split; by default the unseen-word, paraphrased-instruction set: reversal, sorting,
-//! copying, key-value lookup, arithmetic, counting, chat; `$UNMASK_ABLATION_PROMPTS`), the reference, prefix-cache decoding, speculation and revision at their defaults, and
+//! copying, key-value lookup, arithmetic, counting, chat; `$UNMASK_ABLATION_PROMPTS`), the
+//! reference, prefix-cache decoding, speculation and revision at their defaults, and
 //! the searched point without speculation / speculative / speculative + revision: accuracy with
 //! 95 % intervals and paired differences, forwards, LM-head rows, revisions (fixed / broke),
 //! CPU wall time, simulated NPU latency and energy; the searched point again on the MoE dLLM;

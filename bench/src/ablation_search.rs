@@ -15,9 +15,9 @@
 //! 2. revision on that point: visible threshold x revise margin (16 re-checks per step), for the
 //!    asynchronous CPU path (its last job dropped or drained) and the lockstep one (every step's
 //!    job runs), each settling a block when it completes or keeping a look-back of 16 or 32
-//!    positions revisable (re-checked with the later blocks as context). Highest accuracy within 0.85x the
-//!    simulated latency of prefix-cache decoding is kept (the goal's budget; ties: fewer CPU-path
-//!    forwards; if no point fits, highest accuracy).
+//!    positions revisable (re-checked with the later blocks as context). Highest accuracy within
+//!    0.85x the simulated latency of prefix-cache decoding is kept (the goal's budget; ties: fewer
+//!    CPU-path forwards; if no point fits, highest accuracy).
 
 use anyhow::Result;
 use serde_json::{json, Value};
