@@ -144,8 +144,8 @@ impl AppState {
         let chat = chat_turns(conv.system_prompt.as_deref(), &history, &req.prompt);
         // A long conversation keeps going: the oldest exchanges that no longer fit the context
         // are left out of the prompt (they stay stored and shown).
-        let room = loaded.transformer.config.max_seq.saturating_sub(settings.gen_length);
-        let fitted = fit_chat(&loaded.template, &loaded.tokenizer, &chat, room)?;
+        let context = loaded.transformer.config.max_seq;
+        let fitted = fit_chat(&loaded.template, &loaded.tokenizer, &chat, context, settings.gen_length)?;
         if fitted.left_out > 0 {
             tracing::info!(
                 conversation = conv.id,

@@ -16,13 +16,15 @@ pub struct FittedChat {
 }
 
 /// Renders `messages` with `template` (generation prompt appended) and leaves out the oldest
-/// exchanges until the prompt takes at most `room` tokens.
+/// exchanges until the prompt and `answer_len` generated tokens fit a context of `context` tokens.
 pub fn fit_chat(
     template: &ChatTemplate,
     tokenizer: &TextTokenizer,
     messages: &[ChatMessage],
-    room: usize,
+    context: usize,
+    answer_len: usize,
 ) -> Result<FittedChat> {
+    let room = context.saturating_sub(answer_len);
     let system = messages.iter().take_while(|m| m.role == Role::System).count();
     let (head, body) = messages.split_at(system);
     let mut start = 0;
@@ -65,7 +67,7 @@ mod tests {
         let tok = tokenizer();
         let msgs = conversation(3);
         let whole = tok.encode(&ChatTemplate::Llada.render(&msgs, true)).unwrap();
-        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, whole.len()).unwrap();
+        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, whole.len(), 0).unwrap();
         assert_eq!(fitted, FittedChat { ids: whole, left_out: 0 });
     }
 
@@ -75,7 +77,7 @@ mod tests {
         let msgs = conversation(10);
         let whole = tok.encode(&ChatTemplate::Llada.render(&msgs, true)).unwrap().len();
         let room = whole / 2;
-        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, room).unwrap();
+        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, room + 16, 16).unwrap();
         assert!(fitted.ids.len() <= room, "{} > {room}", fitted.ids.len());
         assert!(fitted.left_out > 0 && fitted.left_out % 2 == 0, "whole exchanges: {}", fitted.left_out);
         // Exactly the system message and the newest messages, in order.
@@ -92,7 +94,7 @@ mod tests {
     fn a_last_message_too_long_on_its_own_is_returned_for_the_request_check_to_refuse() {
         let tok = tokenizer();
         let msgs = conversation(2);
-        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, 3).unwrap();
+        let fitted = fit_chat(&ChatTemplate::Llada, &tok, &msgs, 3, 0).unwrap();
         assert_eq!(fitted.left_out, 4);
         let last = vec![msgs[0].clone(), msgs[5].clone()];
         assert_eq!(fitted.ids, tok.encode(&ChatTemplate::Llada.render(&last, true)).unwrap());

@@ -241,8 +241,8 @@ impl Session {
     /// Token ids of a conversation fitted into the model's context with room for the answer
     /// `settings` generates (the oldest exchanges left out where needed, see [`fit_chat`]).
     pub fn chat_prompt_ids(&self, messages: &[ChatMessage], settings: &DecodeSettings) -> Result<FittedChat> {
-        let room = self.model.transformer.config.max_seq.saturating_sub(settings.gen_length);
-        fit_chat(&self.model.template, &self.model.tokenizer, messages, room)
+        let context = self.model.transformer.config.max_seq;
+        fit_chat(&self.model.template, &self.model.tokenizer, messages, context, settings.gen_length)
     }
 
     /// Checks a request before anything is sized by it (callers with buffers of their own,
