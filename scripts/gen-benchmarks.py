@@ -485,12 +485,15 @@ def render_ablation_search(d):
                f"its control on the tuning split.\n")
     rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
              g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),
-             g(p.get("cpu_path_forwards")), fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
+             g(p.get("cpu_path_forwards")), fx(p.get("forwards_ratio_vs_prefix_cache"), 3),
+             fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
             for p in s.get("revision_grid") or []]
     if rows:
-        out.append("Revision grid on the chosen point (change against the control):\n\n" +
+        out.append("Revision grid on the chosen point (change against the control; re-check forwards: the CPU "
+                   "path's, or the dense device's for the inline schedule and final passes, which the forwards "
+                   "ratio then includes):\n\n" +
                    table(["revision", "accuracy", "change (points)", "revisions", "fixed / broke / neutral",
-                          "CPU-path forwards", f"{SIM} 8B latency ratio"], rows))
+                          "re-check forwards", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
     return out
 
 
@@ -511,7 +514,10 @@ def render_ablation_answer(d):
                f"speculative {fx(h.get('accuracy_speculative'), 3)}, + revision {fx(h.get('accuracy_spec_revision'), 3)}; "
                f"{g(h.get('revisions'))} revisions ({g(h.get('revisions_fixed'))} fixed / {g(h.get('revisions_harmed'))} "
                f"harmed); forwards {fx(h.get('forwards_ratio'), 3)}×, {SIM} latency {fx(h.get('sim_latency_ratio'), 3)}×; "
-               f"host wall (measured) {fx(h.get('host_wall_ratio_spec_revision'), 3)}×.\n")
+               f"host wall (measured) {fx(h.get('host_wall_ratio_spec_revision'), 3)}×"
+               + (f"; revision schedule `{h['spec_revision_schedule']}`, {g(h.get('inline_forwards'))} re-check "
+                  f"forwards on the dense device and {g(h.get('final_pass_forwards'))} final-pass forwards (in the "
+                  f"forwards ratio)" if h.get("spec_revision_schedule") else "") + ".\n")
     m = d.get("moe") or {}
     if m.get("variants"):
         rows = [[f"`{k}`", fx(v.get("accuracy"), 3), " – ".join(fx(x, 3) for x in v.get("accuracy_ci95") or []),

@@ -77,6 +77,9 @@ pub(crate) struct Extra {
     drafts: usize,
     accepted: usize,
     pub(crate) cpu_forwards: usize,
+    /// Revision forwards on the dense device (inline jobs, final passes): in `forwards` too.
+    inline_forwards: usize,
+    final_pass_forwards: usize,
     deferred: usize,
     busy_steps: usize,
     dropped_jobs: usize,
@@ -85,6 +88,7 @@ pub(crate) struct Extra {
     lm_head_rows: usize,
     lm_head_window_rows: usize,
     lm_head_rows_cpu_path: usize,
+    lm_head_rows_final_passes: usize,
     /// Revisions that turned a wrong token into the target one / a right one into a wrong one /
     /// a wrong one into another wrong one (against the answer's tokens).
     pub(crate) revision_fixed: usize,
@@ -181,6 +185,9 @@ pub(crate) fn run_variant(
         x.drafts += stats.drafts;
         x.accepted += stats.accepted;
         x.cpu_forwards += stats.cpu_forwards;
+        x.inline_forwards += stats.inline_forwards;
+        x.final_pass_forwards += stats.final_pass_forwards;
+        x.lm_head_rows_final_passes += stats.lm_head_rows_final_passes;
         x.deferred += stats.deferred;
         x.busy_steps += stats.busy_steps;
         x.dropped_jobs += stats.dropped_jobs;
@@ -399,12 +406,15 @@ pub fn run(quick: bool) -> Result<Value> {
         v["drafts"] = json!(x.drafts);
         v["accepted_drafts"] = json!(x.accepted);
         v["cpu_path_forwards"] = json!(x.cpu_forwards);
+        v["inline_revision_forwards"] = json!(x.inline_forwards);
+        v["final_pass_forwards"] = json!(x.final_pass_forwards);
         v["revisions"] = json!(x.revisions);
         v["kv_merges"] = json!(x.merges);
         // The NPU-aware loop counts LM-head rows (the reference loop does not report them).
         if x.lm_head_window_rows > 0 {
             v["lm_head_rows"] = json!(x.lm_head_rows);
             v["lm_head_rows_cpu_path"] = json!(x.lm_head_rows_cpu_path);
+            v["lm_head_rows_final_passes"] = json!(x.lm_head_rows_final_passes);
             v["lm_head_rows_saved"] = json!(x.lm_head_window_rows.saturating_sub(x.lm_head_rows));
         }
         v["revisions_fixed_broke_neutral"] = json!([x.revision_fixed, x.revision_broke, x.revision_neutral]);
@@ -451,6 +461,9 @@ pub fn run(quick: bool) -> Result<Value> {
             "forwards_ratio": fw_ratio(s_both),
             "sim_latency_ratio": sim8b(s_both) / sim8b(prefix),
             "goal_met": goal_met,
+            "spec_revision_schedule": searched.spec_revision.revision.as_ref().map(|r| r.schedule),
+            "final_pass_forwards": results[s_both].2.final_pass_forwards,
+            "inline_forwards": results[s_both].2.inline_forwards,
             "host_wall_ratio_spec_revision": host_wall["host_wall_ratio_spec_searched_revision"],
             "host_wall_ratio_spec_revision_default": host_wall["host_wall_ratio_spec_revision"],
             "host_wall_ratio_spec_revision_lockstep": host_wall["host_wall_ratio_spec_revision_lockstep"],

@@ -13,9 +13,11 @@
 //!    using at most 0.8x the forwards of fixed-schedule prefix-cache decoding is kept (ties: fewer
 //!    forwards);
 //! 2. revision on that point: visible threshold x revise margin (16 re-checks per step), for the
-//!    asynchronous CPU path (its last job dropped or drained) and the lockstep one (every step's
-//!    job runs), each settling a block when it completes or keeping a look-back of 16 or 32
-//!    positions revisable (re-checked with the later blocks as context). Highest accuracy within
+//!    asynchronous CPU path (its last job dropped or drained), the lockstep one (every step's
+//!    job runs) and the inline schedule (no CPU path: the dense device re-checks after each
+//!    forward), each settling a block when it completes or keeping a look-back of 16 or 32
+//!    positions revisable (re-checked with the later blocks as context); with the look-back of
+//!    32 also with two final passes (dense re-checks of the whole answer at the end). Highest accuracy within
 //!    0.85x the simulated latency of prefix-cache decoding is kept (the goal's budget; ties: fewer
 //!    CPU-path forwards; if no point fits, highest accuracy).
 
@@ -41,6 +43,10 @@ const MAX_SIM_LATENCY_RATIO: f64 = 0.85;
 /// 32-token canvas, or all of it stays revisable behind the current block, so a token is
 /// re-checked once the blocks after it have committed.
 const LOOKBACKS: [usize; 3] = [0, 16, 32];
+
+/// Final passes of the grid (with the longest look-back): none, or up to two dense re-checks of
+/// the whole answer when the run ends.
+const FINAL_PASSES: [usize; 2] = [0, 2];
 
 /// What the search chose, and the grid behind it.
 pub struct Search {
@@ -170,21 +176,28 @@ fn revision_grid() -> Vec<RevisionSettings> {
         (CpuPathSchedule::Async, CpuPathEnd::Drop),
         (CpuPathSchedule::Async, CpuPathEnd::Drain),
         (CpuPathSchedule::Lockstep, CpuPathEnd::Drop),
+        (CpuPathSchedule::Inline, CpuPathEnd::Drop),
     ] {
         for visible_threshold in [0.9f64, 0.99] {
             for revise_margin in [0.0, 0.2] {
                 for lookback in LOOKBACKS {
-                    let stable_threshold = visible_threshold.max(RevisionSettings::default().stable_threshold);
-                    out.push(RevisionSettings {
-                        visible_threshold,
-                        stable_threshold,
-                        revise_margin,
-                        max_checks: 16,
-                        lookback,
-                        schedule,
-                        at_end,
-                        ..Default::default()
-                    });
+                    // Final passes re-check what is still Visible at the end: the whole answer only
+                    // with the longest look-back.
+                    let passes: &[usize] = if lookback == LOOKBACKS[2] { &FINAL_PASSES } else { &[0] };
+                    for &final_passes in passes {
+                        let stable_threshold = visible_threshold.max(RevisionSettings::default().stable_threshold);
+                        out.push(RevisionSettings {
+                            visible_threshold,
+                            stable_threshold,
+                            revise_margin,
+                            max_checks: 16,
+                            lookback,
+                            schedule,
+                            at_end,
+                            final_passes,
+                            ..Default::default()
+                        });
+                    }
                 }
             }
         }
@@ -194,8 +207,8 @@ fn revision_grid() -> Vec<RevisionSettings> {
 
 fn revision_name(r: &RevisionSettings) -> String {
     format!(
-        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?}",
-        r.visible_threshold, r.revise_margin, r.max_checks, r.lookback, r.schedule, r.at_end
+        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?} final passes {}",
+        r.visible_threshold, r.revise_margin, r.max_checks, r.lookback, r.schedule, r.at_end, r.final_passes
     )
 }
 

@@ -6,7 +6,8 @@
 //! Variants: prefix-cache decoding (the baseline, dense path alone), speculative + revision with
 //! the threaded CPU path (the dense path never waits; the last job drained), and the same with the
 //! CPU path in lockstep (every step waits for its job), and the settings the ablation's search
-//! chose with the threaded CPU path.
+//! chose with the threaded CPU path (or inline on the dense path's core, if the search chose the
+//! inline schedule).
 
 use std::sync::Arc;
 
@@ -44,11 +45,15 @@ fn wall_variants(base: &DecodeSettings, searched: &DecodeSettings) -> Vec<WallVa
             name: "spec_revision_lockstep",
             settings: DecodeSettings { speculative: spec, revision: Some(rev(CpuPathSchedule::Lockstep)), ..prefix },
         },
-        // The ablation's searched point, its CPU path on the other core.
+        // The ablation's searched point, its CPU path on the other core (the inline schedule has
+        // none: its re-checks run on the dense path's core, as chosen).
         WallVariant {
             name: "spec_searched_revision_threaded",
             settings: DecodeSettings {
-                revision: searched.revision.clone().map(|r| RevisionSettings { schedule: CpuPathSchedule::Threaded, ..r }),
+                revision: searched.revision.clone().map(|r| match r.schedule {
+                    CpuPathSchedule::Inline => r,
+                    _ => RevisionSettings { schedule: CpuPathSchedule::Threaded, ..r },
+                }),
                 ..searched.clone()
             },
         },

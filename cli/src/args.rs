@@ -219,6 +219,11 @@ pub struct DecodeArgs {
     /// and applied (`drain`).
     #[arg(long, requires = "revision", value_enum, default_value_t = CpuPathEnd::Drop, help_heading = "NPU-aware decoding")]
     pub revision_at_end: CpuPathEnd,
+    /// Revision: when the run ends, the dense path re-checks the still-revisable visible tokens
+    /// up to N times (one forward each, the whole answer as context; stops after a pass that
+    /// changes nothing) [default: 0].
+    #[arg(long, value_name = "N", requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_final_passes: Option<usize>,
     /// How mixture-of-experts layers run: `cpu` (exact, dynamic shapes), `naive` (one launch per
     /// expert) or `static-tiers` (static capacity tiers from `unmask moe calibrate`, tokens over
     /// capacity dropped by saliency, experts grouped into one launch per group). Dense models ignore it.
@@ -260,6 +265,7 @@ impl DecodeArgs {
                 lookback: self.revision_lookback.unwrap_or(d.lookback),
                 schedule: self.revision_schedule,
                 at_end: self.revision_at_end,
+                final_passes: self.revision_final_passes.unwrap_or(d.final_passes),
             }
         });
         SettingsOverrides {

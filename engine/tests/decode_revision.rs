@@ -319,6 +319,85 @@ fn async_drain_charges_the_wait_for_the_last_job() {
     assert!((b - fn_.iter().filter_map(|f| f.simulated_s).sum::<f64>()).abs() < 1e-9 * b);
 }
 
+/// Final passes: when the run ends, the dense path re-checks the tokens still Visible (one
+/// forward per pass, at most `final_passes`), and the run pays for it: the passes' forwards are
+/// the run's, their simulated time is the last step's. Up to the end the run is the one without
+/// them; afterwards tokens differ only where a pass revised them, and everything ends Stable.
+#[test]
+fn final_passes_recheck_on_the_dense_path_and_are_charged() {
+    use unmask_engine::backend::vnpu::replay::ModelPreset;
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
+    let p = prompt("llada", 2);
+    let mut s = settings(CacheMode::Prefix);
+    if let Some(r) = s.revision.as_mut() {
+        r.lookback = 32;
+    }
+    let (plain, sp, fp) = run_npu(&mut vnpu(), &p, &s);
+    assert_eq!((sp.final_pass_forwards, sp.final_pass_revisions, sp.lm_head_rows_final_passes), (0, 0, 0));
+    if let Some(r) = s.revision.as_mut() {
+        r.final_passes = 4;
+    }
+    let (fin, sf, ff) = run_npu(&mut vnpu(), &p, &s);
+    assert!((1..=4).contains(&sf.final_pass_forwards), "{} final forwards", sf.final_pass_forwards);
+    assert!(sf.final_pass_revisions > 0 && sf.revisions >= sf.final_pass_revisions);
+    assert!(sf.lm_head_rows_final_passes > 0);
+    assert_eq!(fin.forwards, plain.forwards + sf.final_pass_forwards);
+    assert_eq!(ff.len(), fp.len(), "the passes add no step");
+    let last = |f: &[unmask_engine::decode::StepFrame]| f.last().and_then(|f| f.simulated_s).unwrap();
+    assert!(last(&ff) > last(&fp), "the passes' time is the last step's");
+    let total = fin.simulated_s.unwrap();
+    assert!((total - ff.iter().filter_map(|f| f.simulated_s).sum::<f64>()).abs() < 1e-9 * total);
+    let revised_at_end: HashSet<usize> =
+        ff.last().unwrap().changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
+    for (i, (a, b)) in plain.tokens.iter().zip(&fin.tokens).enumerate() {
+        assert!(a == b || revised_at_end.contains(&(p.len() + i)), "position {} changed unrevised", p.len() + i);
+    }
+    assert!((p.len()..fin.canvas.len()).all(|q| fin.canvas.state(q) == TokenState::Stable));
+    // Without a look-back only the last block is still Visible at the end; its checks stay there.
+    if let Some(r) = s.revision.as_mut() {
+        r.lookback = 0;
+    }
+    let (_, s0, f0) = run_npu(&mut vnpu(), &p, &s);
+    let last_block = f0.last().unwrap().block;
+    let revised: Vec<usize> = f0.last().unwrap().changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
+    assert!(s0.final_pass_forwards <= 4 && revised.iter().all(|&q| q >= last_block.0 && q < last_block.1));
+    // Out of range is refused before anything runs.
+    if let Some(r) = s.revision.as_mut() {
+        r.final_passes = 65;
+    }
+    assert!(s.revision.as_ref().unwrap().validate().is_err());
+}
+
+/// The inline schedule keeps revision off the CPU: on the virtual NPU (which has a CPU path) the
+/// re-checks run on the dense device right after each forward, on the NPU lane; their forwards
+/// are the run's and a step lasts both. Its verdicts are lockstep's, so the tokens are too.
+#[test]
+fn inline_schedule_runs_the_rechecks_on_the_dense_device() {
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    use unmask_engine::trace::Lane;
+    let vnpu =
+        || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), VnpuConfig::default()).unwrap();
+    let p = prompt("llada", 0);
+    let mut s = lockstep(CacheMode::Prefix);
+    let (locked, ls, _) = run_npu(&mut vnpu(), &p, &s);
+    if let Some(r) = s.revision.as_mut() {
+        r.schedule = CpuPathSchedule::Inline;
+    }
+    let mut npu = vnpu();
+    let (inline, st, frames) = run_npu(&mut npu, &p, &s);
+    assert!(!st.concurrent && st.lockstep && ls.concurrent);
+    assert!(st.cpu_forwards > 0 && st.inline_forwards == st.cpu_forwards && ls.inline_forwards == 0);
+    assert_eq!(inline.forwards, frames.len() + st.inline_forwards);
+    assert_eq!(locked.forwards, frames.len());
+    assert_eq!(inline.tokens, locked.tokens);
+    assert_eq!(st.revisions, ls.revisions);
+    let t = npu.timeline();
+    assert!(t.events.iter().all(|e| e.category != "cpu_path" || e.lane == Lane::Npu), "no re-check on a CPU lane");
+    assert_eq!(npu.totals().cpu_path.forwards, 0);
+}
+
 fn threaded(cache: CacheMode, at_end: CpuPathEnd) -> DecodeSettings {
     let mut s = settings(cache);
     if let Some(r) = s.revision.as_mut() {

@@ -142,6 +142,7 @@ pub(crate) fn run_loop(
             let mut step_sim = counters.step_simulated.take();
             if let Some(c) = cpu_path.as_mut() {
                 step_sim = c.after_forward(outcome, step_sim, step, backend, &mut stats);
+                counters.forwards += c.take_dense_forwards();
             }
             if let Some(s) = step_sim {
                 *counters.simulated.get_or_insert(0.0) += s;
@@ -196,11 +197,22 @@ pub(crate) fn run_loop(
             if masked.is_empty() {
                 if let Some(c) = cpu_path.as_mut() {
                     let ends_run = b + 1 == settings.num_blocks() || ends_in_stop(&canvas, block);
-                    changes.extend(c.leave_block(&mut canvas, prompt.len(), block, step, ends_run, &mut stats)?);
-                    let waited = c.take_drain_wait_s();
-                    if let (Some(s), true) = (step_sim.as_mut(), waited > 0.0) {
-                        *s += waited;
-                        *counters.simulated.get_or_insert(0.0) += waited;
+                    changes.extend(c.leave_block(
+                        &mut canvas,
+                        backend,
+                        windows.kv(),
+                        prompt.len(),
+                        block,
+                        step,
+                        ends_run,
+                        &mut stats,
+                    )?);
+                    // The run's end (a drained job, final passes) is the last step's time.
+                    let (end_s, end_forwards) = c.take_end_cost();
+                    counters.forwards += end_forwards;
+                    if let (Some(s), true) = (step_sim.as_mut(), end_s > 0.0) {
+                        *s += end_s;
+                        *counters.simulated.get_or_insert(0.0) += end_s;
                     }
                 }
             }

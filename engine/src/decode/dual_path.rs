@@ -32,6 +32,9 @@
 //!    worker thread is joined at its own step's boundary either way, so which verdict lands when
 //!    depends only on the simulated times (runs are deterministic); without simulated times
 //!    (CPU backends) a job takes no device time and lands at once.
+//!    *Inline* has no CPU path: the dense backend runs the job right after its forward (a step
+//!    lasts both; the job's forwards count as the run's, as do those of the *final passes*, the
+//!    re-checks the dense backend runs when the run ends).
 //! 4. **Commit.** The base policy selects from the current block's candidates only (plus
 //!    accepted drafts on the block's first step); future-block predictions become drafts.
 //! 5. **Step boundary.** Revisions are applied, their K/V (side buffer in the NPU's 32×32 tile
@@ -146,8 +149,11 @@ pub struct DualPathStats {
     pub drafts: usize,
     /// Drafts accepted by the acceptance rule.
     pub accepted: usize,
-    /// Forwards run by the CPU path.
+    /// Forwards of the revision jobs (the CPU path's work, wherever it ran).
     pub cpu_forwards: usize,
+    /// Those of them that ran inline on the dense backend (no CPU-path executor, or the inline
+    /// schedule): they are dense forwards too, counted in the run's forwards.
+    pub inline_forwards: usize,
     /// Thread of the dense path.
     pub dense_thread: Option<ThreadId>,
     /// Threads the CPU path ran on (deduplicated).
@@ -171,6 +177,13 @@ pub struct DualPathStats {
     pub dropped_jobs: usize,
     /// Jobs the run waited for at its end and applied (`at_end: drain`).
     pub drained_jobs: usize,
+    /// Dense forwards of the final passes (re-checks when the run ends; counted in the run's
+    /// forwards too).
+    pub final_pass_forwards: usize,
+    /// Tokens the final passes revised (counted in `revisions` too).
+    pub final_pass_revisions: usize,
+    /// LM-head rows of the final passes (the Visible positions they checked).
+    pub lm_head_rows_final_passes: usize,
     /// Whether the CPU path ran on its own thread for the whole run (wall-clock concurrency).
     pub threaded: bool,
     /// Whether the two paths ran in lockstep (each step waited for its CPU-path job).
@@ -288,8 +301,12 @@ pub(crate) struct CpuPath {
     in_flight: Option<InFlight>,
     /// Simulated time of the dense path (the device clock the async schedule runs on).
     clock: f64,
-    /// Simulated time the dense path waited at the end of the run for a drained job.
-    drain_wait_s: f64,
+    /// What the run's end cost the dense path: simulated seconds (waiting for a drained job,
+    /// final passes) and forwards (final passes).
+    end_s: f64,
+    end_forwards: usize,
+    /// Revision forwards that ran on the dense backend this step (inline jobs).
+    dense_forwards: usize,
     mask: u32,
     shift: bool,
     cached: bool,
@@ -297,7 +314,10 @@ pub(crate) struct CpuPath {
 
 impl CpuPath {
     pub(crate) fn new(settings: RevisionSettings, backend: &dyn Backend, len: usize) -> Self {
-        let mut executor = backend.cpu_path_host().and_then(|h| h.cpu_path_executor());
+        let mut executor = match settings.schedule {
+            CpuPathSchedule::Inline => None,
+            _ => backend.cpu_path_host().and_then(|h| h.cpu_path_executor()),
+        };
         // Lockstep when asked, or when the CPU path runs inline (it then cannot overlap anything).
         let lockstep = executor.is_none() || settings.schedule == CpuPathSchedule::Lockstep;
         let mut thread = None;
@@ -321,7 +341,9 @@ impl CpuPath {
             at_end,
             in_flight: None,
             clock: 0.0,
-            drain_wait_s: 0.0,
+            end_s: 0.0,
+            end_forwards: 0,
+            dense_forwards: 0,
             mask: cfg.mask_token_id.unwrap_or(0),
             shift: cfg.shift_logits,
             cached: false,
@@ -362,9 +384,22 @@ impl CpuPath {
             return None;
         }
         self.cached = kv.is_some();
+        Some(self.revision_job(canvas, checks, kv, w.cached_to, true))
+    }
+
+    /// A job re-checking `checks`: its window starts at the first check (or at `cached_to`, the
+    /// first position whose cached K/V may be stale, if earlier); the whole canvas without a cache.
+    fn revision_job(
+        &self,
+        canvas: &Canvas,
+        checks: Vec<usize>,
+        kv: Option<&KvCache>,
+        cached_to: usize,
+        refresh_kv: bool,
+    ) -> RevisionJob {
         let src = |p: usize| if self.shift { p.saturating_sub(1) } else { p };
-        let lo = if self.cached { checks.first().map_or(w.cached_to, |&c| src(c).min(w.cached_to)) } else { 0 };
-        Some(RevisionJob {
+        let lo = if kv.is_some() { checks.first().map_or(cached_to, |&c| src(c).min(cached_to)) } else { 0 };
+        RevisionJob {
             positions: checks,
             tokens: canvas.tokens().to_vec(),
             mask_id: self.mask,
@@ -372,7 +407,8 @@ impl CpuPath {
             cache: kv.cloned(),
             settings: self.life.settings().clone(),
             shift: self.shift,
-        })
+            refresh_kv,
+        }
     }
 
     /// Runs `dense` on `backend` with `job` on the CPU path beside it (a scoped thread joined
@@ -438,6 +474,10 @@ impl CpuPath {
         };
         if let Some(o) = outcome {
             book(&o, step, stats);
+            if !self.concurrent() {
+                stats.inline_forwards += o.forwards;
+                self.dense_forwards += o.forwards;
+            }
             let done_at = if self.lockstep { self.clock } else { self.clock + o.simulated_s.unwrap_or(0.0) };
             self.in_flight = Some(InFlight { outcome: o, done_at, step });
         }
@@ -490,11 +530,14 @@ impl CpuPath {
     }
 
     /// Leaving a completed block: positions an in-flight job checks wait for its verdicts,
-    /// unless the run ends here (the job is then drained or dropped, as `at_end` says).
+    /// unless the run ends here (the job is then drained or dropped, as `at_end` says, and the
+    /// final passes run on `backend`, the dense path).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn leave_block(
         &mut self,
         canvas: &mut Canvas,
+        backend: &mut dyn Backend,
+        kv: Option<&KvCache>,
         prompt_len: usize,
         block: (usize, usize),
         step: usize,
@@ -504,6 +547,7 @@ impl CpuPath {
         let mut changes = Vec::new();
         if ends_run {
             changes = self.end_jobs(canvas, step, stats)?;
+            changes.extend(self.final_passes(backend, canvas, kv, block, step, stats)?);
         }
         let mut waiting = self.in_flight.as_ref().map(InFlight::positions).unwrap_or_default();
         if let Some(t) = self.thread.as_ref() {
@@ -518,6 +562,49 @@ impl CpuPath {
         Ok(changes)
     }
 
+    /// The run's end on the dense path: up to `final_passes` re-checks of the Visible tokens
+    /// still revisable, each one forward on `backend` (inline: the run waits for it), stopping
+    /// after a pass that revises nothing. Their forwards and simulated time are the run's.
+    fn final_passes(
+        &mut self,
+        backend: &mut dyn Backend,
+        canvas: &mut Canvas,
+        kv: Option<&KvCache>,
+        block: (usize, usize),
+        step: usize,
+        stats: &mut DualPathStats,
+    ) -> Result<Vec<TokenChange>> {
+        let mut changes = Vec::new();
+        let len = canvas.len();
+        // First position whose cached K/V may not hold the canvas's token (nothing is written to
+        // the cache here: a later pass feeds positions revised by an earlier one through its
+        // window instead).
+        let mut stale_from = kv.map_or(0, |k| (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len));
+        for _ in 0..self.life.settings().final_passes {
+            let checks = self.life.pick_checks(canvas, self.revisable_from(block), block.1);
+            if checks.is_empty() {
+                break;
+            }
+            let job = self.revision_job(canvas, checks, kv, stale_from, false);
+            let o = RevisionWorker::run(backend, job)?;
+            self.end_forwards += o.forwards;
+            self.end_s += o.simulated_s.unwrap_or(0.0);
+            stats.final_pass_forwards += o.forwards;
+            stats.lm_head_rows_final_passes += o.checks.len();
+            let applied = self.life.apply(canvas, &o, step);
+            let revised: Vec<usize> = applied.iter().filter(|c| c.revised).map(|c| c.pos).collect();
+            stats.revisions += revised.len();
+            stats.final_pass_revisions += revised.len();
+            stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
+            changes.extend(applied);
+            match revised.iter().min() {
+                Some(&p) => stale_from = stale_from.min(p),
+                None => break,
+            }
+        }
+        Ok(changes)
+    }
+
     /// The run ends: a job still running is waited for and applied (drain) or dropped.
     fn end_jobs(&mut self, canvas: &mut Canvas, step: usize, stats: &mut DualPathStats) -> Result<Vec<TokenChange>> {
         if self.at_end == CpuPathEnd::Drain {
@@ -528,8 +615,9 @@ impl CpuPath {
             }
             if let Some(f) = self.in_flight.take() {
                 // Waiting for the job's simulated end is the dense path's time too.
-                self.drain_wait_s = (f.done_at - self.clock).max(0.0);
-                self.clock += self.drain_wait_s;
+                let wait = (f.done_at - self.clock).max(0.0);
+                self.end_s += wait;
+                self.clock += wait;
                 stats.drained_jobs += 1;
                 stats.deferred += usize::from(f.step != step);
                 let changes = self.life.apply(canvas, &f.outcome, step);
@@ -544,9 +632,15 @@ impl CpuPath {
         Ok(Vec::new())
     }
 
-    /// Simulated seconds the run's end waited for a drained job (charged to the last step).
-    pub(crate) fn take_drain_wait_s(&mut self) -> f64 {
-        std::mem::take(&mut self.drain_wait_s)
+    /// Revision forwards the dense backend ran since the last call (inline jobs): the run's too.
+    pub(crate) fn take_dense_forwards(&mut self) -> usize {
+        std::mem::take(&mut self.dense_forwards)
+    }
+
+    /// What the run's end cost the dense path (charged to the last step): simulated seconds
+    /// (a drained job's wait, the final passes) and the final passes' forwards.
+    pub(crate) fn take_end_cost(&mut self) -> (f64, usize) {
+        (std::mem::take(&mut self.end_s), std::mem::take(&mut self.end_forwards))
     }
 
     /// A job still in flight when the run ends (stopped early) never lands; the worker thread,

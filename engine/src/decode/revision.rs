@@ -17,6 +17,12 @@
 //! * Leaving a block promotes its remaining Visible tokens to Stable, except the last `lookback`
 //!   positions before the current block: those stay Visible (and are re-checked, with the
 //!   later blocks' tokens as context) until the current block moves past them.
+//! * **Final passes** (`final_passes`, default 0): when the run ends, the dense path itself
+//!   re-checks the Visible tokens still revisable, up to that many times (one dense forward
+//!   each, the checked positions re-masked, the same rule), stopping early after a pass that
+//!   revises nothing. It spends dense forwards the run saved elsewhere to give every token one
+//!   check with the whole answer as context, which the CPU path (a few jobs per run at phone
+//!   timing) cannot.
 //! * Revised tokens' K/V are recomputed on the CPU path against a snapshot of the prefix cache
 //!   and written to a side buffer in the NPU's tiled layout ([`PendingKv`] / `TiledKv`); the
 //!   loop merges them into the prefix cache only at the step boundary (delayed merge).
@@ -49,6 +55,10 @@ pub enum CpuPathSchedule {
     /// verdicts at the first step boundary after they arrive. Not deterministic (which boundary
     /// a verdict lands at depends on real time); the simulated clock is the async one.
     Threaded,
+    /// No CPU path: the dense device runs each step's re-check itself, right after its forward
+    /// (a step lasts both; the re-check's forwards are the run's). Where the phone's CPU is too
+    /// slow for the model, this keeps revision on the NPU.
+    Inline,
 }
 
 /// What happens to a CPU-path job still running when the run ends.
@@ -85,6 +95,8 @@ pub struct RevisionSettings {
     pub schedule: CpuPathSchedule,
     /// A job still running at the end of the run: dropped or drained.
     pub at_end: CpuPathEnd,
+    /// Re-checks of the Visible tokens the dense path runs when the run ends (0: none).
+    pub final_passes: usize,
 }
 
 impl Default for RevisionSettings {
@@ -98,9 +110,13 @@ impl Default for RevisionSettings {
             lookback: 0,
             schedule: CpuPathSchedule::Async,
             at_end: CpuPathEnd::Drop,
+            final_passes: 0,
         }
     }
 }
+
+/// Most final passes a run may ask for (each is a dense forward).
+pub const MAX_FINAL_PASSES: usize = 64;
 
 impl RevisionSettings {
     /// Checks the knobs on their own.
@@ -116,6 +132,12 @@ impl RevisionSettings {
         }
         if self.stable_checks == 0 {
             return Err(EngineError::InvalidRequest("revision stable_checks must be at least 1".into()));
+        }
+        if self.final_passes > MAX_FINAL_PASSES {
+            return Err(EngineError::InvalidRequest(format!(
+                "revision final_passes must be at most {MAX_FINAL_PASSES}, got {}",
+                self.final_passes
+            )));
         }
         Ok(())
     }
@@ -180,6 +202,9 @@ pub struct RevisionJob {
     pub settings: RevisionSettings,
     /// Shifted logits (Dream): position p is predicted by row p − 1, which must lie in the window.
     pub shift: bool,
+    /// Recompute the K/V of revised positions for the delayed merge (a final pass skips it: the
+    /// run ends, and a later pass feeds revised positions through its window instead).
+    pub refresh_kv: bool,
 }
 
 /// Refreshed K/V of revised positions waiting for the step-boundary merge.
@@ -277,7 +302,7 @@ impl RevisionWorker {
             })
             .collect();
         let pending = match job.cache.as_mut() {
-            Some(cache) if !revised.is_empty() => {
+            Some(cache) if job.refresh_kv && !revised.is_empty() => {
                 // Recompute the window with the revised identities against the snapshot; only
                 // the revised rows are kept (later positions' staleness is the prefix cache's
                 // usual approximation).

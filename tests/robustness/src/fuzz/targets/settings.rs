@@ -121,6 +121,7 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             lookback: size(src),
             schedule: src.pick(&[CpuPathSchedule::Async, CpuPathSchedule::Lockstep, CpuPathSchedule::Threaded]),
             at_end: src.pick(&[CpuPathEnd::Drop, CpuPathEnd::Drain]),
+            final_passes: size(src),
         }),
         moe: src.one_in(3).then(|| unmask_engine::moe::MoeSettings {
             policy: src.pick(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]),
