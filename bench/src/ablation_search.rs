@@ -17,9 +17,9 @@
 //!    job runs) and the inline schedule (no CPU path: the dense device re-checks after each
 //!    forward), each settling a block when it completes or keeping a look-back of 16 or 32
 //!    positions revisable (re-checked with the later blocks as context); with the look-back of
-//!    32 also with two final passes (dense re-checks of the whole answer at the end). Highest accuracy within
-//!    0.85x the simulated latency of prefix-cache decoding is kept (the goal's budget; ties: fewer
-//!    CPU-path forwards; if no point fits, highest accuracy).
+//!    32 also with two final passes (dense re-checks of the whole answer at the end). Highest
+//!    accuracy within 0.85x the simulated latency of prefix-cache decoding is kept (the goal's
+//!    budget; ties: fewer CPU-path forwards; if no point fits, highest accuracy).
 
 use anyhow::Result;
 use serde_json::{json, Value};

@@ -208,8 +208,8 @@ pub(crate) fn run_loop(
                         &mut stats,
                     )?);
                     // The run's end (a drained job, final passes) is the last step's time.
-                    let (end_s, end_forwards) = c.take_end_cost();
-                    counters.forwards += end_forwards;
+                    let end_s = c.take_end_s();
+                    counters.forwards += c.take_dense_forwards();
                     if let (Some(s), true) = (step_sim.as_mut(), end_s > 0.0) {
                         *s += end_s;
                         *counters.simulated.get_or_insert(0.0) += end_s;

@@ -301,15 +301,14 @@ pub(crate) struct CpuPath {
     in_flight: Option<InFlight>,
     /// Simulated time of the dense path (the device clock the async schedule runs on).
     clock: f64,
-    /// What the run's end cost the dense path: simulated seconds (waiting for a drained job,
-    /// final passes) and forwards (final passes).
+    /// Simulated seconds the run's end cost the dense path (waiting for a drained job, final
+    /// passes).
     end_s: f64,
-    end_forwards: usize,
-    /// Revision forwards that ran on the dense backend this step (inline jobs).
+    /// Revision forwards the dense backend ran and the loop has not counted yet (inline jobs,
+    /// final passes).
     dense_forwards: usize,
     mask: u32,
     shift: bool,
-    cached: bool,
 }
 
 impl CpuPath {
@@ -342,11 +341,9 @@ impl CpuPath {
             in_flight: None,
             clock: 0.0,
             end_s: 0.0,
-            end_forwards: 0,
             dense_forwards: 0,
             mask: cfg.mask_token_id.unwrap_or(0),
             shift: cfg.shift_logits,
-            cached: false,
         }
     }
     pub(crate) fn concurrent(&self) -> bool {
@@ -383,7 +380,6 @@ impl CpuPath {
             stats.busy_steps += 1;
             return None;
         }
-        self.cached = kv.is_some();
         Some(self.revision_job(canvas, checks, kv, w.cached_to, true))
     }
 
@@ -575,11 +571,10 @@ impl CpuPath {
         stats: &mut DualPathStats,
     ) -> Result<Vec<TokenChange>> {
         let mut changes = Vec::new();
-        let len = canvas.len();
         // First position whose cached K/V may not hold the canvas's token (nothing is written to
         // the cache here: a later pass feeds positions revised by an earlier one through its
         // window instead).
-        let mut stale_from = kv.map_or(0, |k| (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len));
+        let mut stale_from = kv.map_or(0, |k| k.valid_prefix_end(canvas.len()));
         for _ in 0..self.life.settings().final_passes {
             let checks = self.life.pick_checks(canvas, self.revisable_from(block), block.1);
             if checks.is_empty() {
@@ -587,7 +582,7 @@ impl CpuPath {
             }
             let job = self.revision_job(canvas, checks, kv, stale_from, false);
             let o = RevisionWorker::run(backend, job)?;
-            self.end_forwards += o.forwards;
+            self.dense_forwards += o.forwards;
             self.end_s += o.simulated_s.unwrap_or(0.0);
             stats.final_pass_forwards += o.forwards;
             stats.lm_head_rows_final_passes += o.checks.len();
@@ -632,15 +627,16 @@ impl CpuPath {
         Ok(Vec::new())
     }
 
-    /// Revision forwards the dense backend ran since the last call (inline jobs): the run's too.
+    /// Revision forwards the dense backend ran since the last call (inline jobs, final passes):
+    /// the run's too.
     pub(crate) fn take_dense_forwards(&mut self) -> usize {
         std::mem::take(&mut self.dense_forwards)
     }
 
-    /// What the run's end cost the dense path (charged to the last step): simulated seconds
-    /// (a drained job's wait, the final passes) and the final passes' forwards.
-    pub(crate) fn take_end_cost(&mut self) -> (f64, usize) {
-        (std::mem::take(&mut self.end_s), std::mem::take(&mut self.end_forwards))
+    /// Simulated seconds the run's end cost the dense path (a drained job's wait, the final
+    /// passes), charged to the last step.
+    pub(crate) fn take_end_s(&mut self) -> f64 {
+        std::mem::take(&mut self.end_s)
     }
 
     /// A job still in flight when the run ends (stopped early) never lands; the worker thread,

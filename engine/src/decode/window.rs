@@ -184,7 +184,7 @@ impl WindowPolicy for SlidingWindows {
         let refresh = cached && step_in_block == 0;
         let cached_to = match self.kv.as_ref() {
             Some(_) if self.dual => self.fresh_to,
-            Some(k) => (0..len).find(|&p| !k.is_valid(p)).unwrap_or(len),
+            Some(k) => k.valid_prefix_end(len),
             None => 0,
         };
         let frontier = if cached && !refresh { cached_to.min(first_masked) } else { first_masked };

@@ -124,6 +124,11 @@ impl KvCache {
     pub fn valid_positions(&self) -> Vec<usize> {
         (0..self.capacity).filter(|&p| self.valid[p]).collect()
     }
+    /// First position of `[0, len)` without usable K/V (`len` if every one has them): where the
+    /// valid prefix ends.
+    pub fn valid_prefix_end(&self, len: usize) -> usize {
+        (0..len).find(|&p| !self.is_valid(p)).unwrap_or(len)
+    }
     /// Number of valid positions.
     pub fn valid_count(&self) -> usize {
         self.valid.iter().filter(|&&v| v).count()
