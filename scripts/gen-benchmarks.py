@@ -467,9 +467,11 @@ def render_ablation_search(d):
     s = d.get("search") or {}
     if not s:
         return []
+    spec_n = s.get("speculation_grid_examples")
+    spec_n = f" (the speculation grid and its controls on the first {spec_n})" if spec_n and spec_n != s.get("examples") else ""
     out = ["### ablation: the search (tuning split)\n",
-           f"Chosen on {g(s.get('split'))}, {g(s.get('examples'))} prompts, before anything ran on the evaluation "
-           f"set. Rule (from the JSON): {g(s.get('rule'))}.\n"]
+           f"Chosen on {g(s.get('split'))}, {g(s.get('examples'))} prompts{spec_n}, before anything ran on the "
+           f"evaluation set. Rule (from the JSON): {g(s.get('rule'))}.\n"]
     rows = []
     for c in s.get("controls") or []:
         rows.append([f"control: {c.get('name')}", fx(c.get("accuracy"), 3), "—", fx(c.get("forwards_ratio_vs_prefix_cache"), 3),

@@ -9,7 +9,7 @@
 //! CPU wall time, simulated NPU latency and energy; the searched point again on the MoE dLLM;
 //! measured host wall time (`ablation_wall`); and the confidence calibration behind the revision
 //! thresholds. `$UNMASK_ABLATION_PER_TASK` / `_VAL_PER_TASK` / `_WALL_PER_TASK` /
-//! `_MOE_PER_TASK` override the prompts per task (defaults 300 / 50 / 50 / 100).
+//! `_MOE_PER_TASK` override the prompts per task (defaults 300 / 200 / 50 / 100).
 //!
 //! Runs on the virtual NPU (SM8750 profile; real math of the tiny model on this CPU) **timed at
 //! LLaDA-8B layer shapes** (`VnpuConfig::timed_as`): its shape buckets and launch costs drive the
@@ -356,7 +356,7 @@ fn timed_model(name: &str) -> Result<TimedModel> {
 
 pub fn run(quick: bool) -> Result<Value> {
     let per_task_eval = per_task("UNMASK_ABLATION_PER_TASK", quick, 300);
-    let per_task_val = per_task("UNMASK_ABLATION_VAL_PER_TASK", quick, 50);
+    let per_task_val = per_task("UNMASK_ABLATION_VAL_PER_TASK", quick, 200);
     let TimedModel { transformer, tok, stop, mut backend, .. } = timed_model("tiny-llada")?;
     let base = DecodeSettings { gen_length: 32, block_length: 8, steps: 32, ..Default::default() };
     let prefix = DecodeSettings { cache: CacheMode::Prefix, ..base.clone() };

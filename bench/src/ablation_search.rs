@@ -12,14 +12,23 @@
 //!    so a loss is speculation's own. The point that loses most accuracy against its control while
 //!    using at most 0.8x the forwards of fixed-schedule prefix-cache decoding is kept (ties: fewer
 //!    forwards);
-//! 2. revision on that point: visible threshold x revise margin (16 re-checks per step), for the
-//!    asynchronous CPU path (its last job dropped or drained), the lockstep one (every step's
-//!    job runs) and the inline schedule (no CPU path: the dense device re-checks after each
-//!    forward), each settling a block when it completes or keeping a look-back of 16 or 32
-//!    positions revisable (re-checked with the later blocks as context); with the look-back of
-//!    32 also with two final passes (dense re-checks of the whole answer at the end). Highest
-//!    accuracy within 0.85x the simulated latency of prefix-cache decoding is kept (the goal's
-//!    budget; ties: fewer CPU-path forwards; if no point fits, highest accuracy).
+//! 2. revision on that point: the asynchronous CPU path (its last job dropped or drained) and the
+//!    lockstep one (every step's job runs) at visible threshold 0.9 and margin 0.2, settling a
+//!    block when it completes or keeping a look-back of 32 positions revisable (re-checked with
+//!    the later blocks as context); the inline schedule (no CPU path: the dense device re-checks
+//!    after each forward) over visible threshold x revise margin with both look-backs, and with
+//!    the look-back also two final passes (dense re-checks of the whole answer at the end), the
+//!    re-checked positions of one forward neighbours or never neighbours (isolated), and four
+//!    isolated final passes. Highest accuracy within 0.85x the simulated latency of prefix-cache
+//!    decoding is kept (the goal's budget; ties: fewer CPU-path forwards; if no point fits,
+//!    highest accuracy).
+//!
+//! The speculation grid ranks losses of several points and runs on the first
+//! [`SPEC_GRID_PER_TASK`] prompts per family of the tuning split; the revision grid has to tell
+//! apart settings half a point apart, so it (with its control, its speculation point and
+//! prefix-cache decoding rerun) runs on the whole split.
+
+use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde_json::{json, Value};
@@ -39,14 +48,12 @@ const MAX_FORWARDS_RATIO: f64 = 0.8;
 /// issue's goal).
 const MAX_SIM_LATENCY_RATIO: f64 = 0.85;
 
-/// The revision grid's look-backs: none (a block settles when it completes), half the suite's
-/// 32-token canvas, or all of it stays revisable behind the current block, so a token is
-/// re-checked once the blocks after it have committed.
-const LOOKBACKS: [usize; 3] = [0, 16, 32];
+/// The revision grid's look-back: all of the suite's 32-token canvas stays revisable behind the
+/// current block, so a token is re-checked once the blocks after it have committed.
+const LOOKBACK: usize = 32;
 
-/// Final passes of the grid (with the longest look-back): none, or up to two dense re-checks of
-/// the whole answer when the run ends.
-const FINAL_PASSES: [usize; 2] = [0, 2];
+/// Prompts per family of the tuning split the speculation grid runs on.
+const SPEC_GRID_PER_TASK: usize = 50;
 
 /// What the search chose, and the grid behind it.
 pub struct Search {
@@ -61,6 +68,7 @@ pub struct Search {
 }
 
 /// One grid point's outcome on the tuning split.
+#[derive(Clone)]
 struct Point {
     name: String,
     settings: DecodeSettings,
@@ -72,6 +80,8 @@ struct Point {
     cpu_forwards: usize,
     revisions: usize,
     fixed_broke_neutral: [usize; 3],
+    /// Accuracy per task family.
+    tasks: BTreeMap<String, f64>,
 }
 
 impl Point {
@@ -88,6 +98,7 @@ impl Point {
             "cpu_path_forwards": self.cpu_forwards,
             "revisions": self.revisions,
             "revisions_fixed_broke_neutral": self.fixed_broke_neutral,
+            "tasks": self.tasks,
             "speculative": self.settings.speculative,
             "threshold": self.settings.threshold,
             "revision": self.settings.revision,
@@ -119,6 +130,7 @@ fn run_point(
         cpu_forwards: x.cpu_forwards,
         revisions: x.revisions,
         fixed_broke_neutral: [x.revision_fixed, x.revision_broke, x.revision_neutral],
+        tasks: r.per_task.iter().map(|(t, &(c, n))| (t.clone(), c as f64 / n.max(1) as f64)).collect(),
     })
 }
 
@@ -169,47 +181,77 @@ fn speculation_grid(schedule: Schedule, prefix: &DecodeSettings) -> Vec<(String,
     out
 }
 
-/// The revision grid.
+/// The revision grid (see the module docs): 24 points.
 fn revision_grid() -> Vec<RevisionSettings> {
+    let point = |schedule, at_end, visible_threshold: f64, revise_margin, lookback, final_passes, isolated_checks| {
+        RevisionSettings {
+            visible_threshold,
+            stable_threshold: visible_threshold.max(RevisionSettings::default().stable_threshold),
+            revise_margin,
+            max_checks: 16,
+            lookback,
+            schedule,
+            at_end,
+            final_passes,
+            isolated_checks,
+            ..Default::default()
+        }
+    };
     let mut out = Vec::new();
     for (schedule, at_end) in [
         (CpuPathSchedule::Async, CpuPathEnd::Drop),
         (CpuPathSchedule::Async, CpuPathEnd::Drain),
         (CpuPathSchedule::Lockstep, CpuPathEnd::Drop),
-        (CpuPathSchedule::Inline, CpuPathEnd::Drop),
     ] {
-        for visible_threshold in [0.9f64, 0.99] {
-            for revise_margin in [0.0, 0.2] {
-                for lookback in LOOKBACKS {
-                    // Final passes re-check what is still Visible at the end: the whole answer only
-                    // with the longest look-back.
-                    let passes: &[usize] = if lookback == LOOKBACKS[2] { &FINAL_PASSES } else { &[0] };
-                    for &final_passes in passes {
-                        let stable_threshold = visible_threshold.max(RevisionSettings::default().stable_threshold);
-                        out.push(RevisionSettings {
-                            visible_threshold,
-                            stable_threshold,
-                            revise_margin,
-                            max_checks: 16,
-                            lookback,
-                            schedule,
-                            at_end,
-                            final_passes,
-                            ..Default::default()
-                        });
-                    }
-                }
+        for lookback in [0, LOOKBACK] {
+            out.push(point(schedule, at_end, 0.9, 0.2, lookback, 0, false));
+        }
+    }
+    let inline = |v, m, lookback, passes, isolated| {
+        point(CpuPathSchedule::Inline, CpuPathEnd::Drop, v, m, lookback, passes, isolated)
+    };
+    for visible_threshold in [0.9f64, 0.99] {
+        for revise_margin in [0.0, 0.2] {
+            for lookback in [0, LOOKBACK] {
+                out.push(inline(visible_threshold, revise_margin, lookback, 0, false));
+            }
+            for isolated in [false, true] {
+                out.push(inline(visible_threshold, revise_margin, LOOKBACK, 2, isolated));
             }
         }
+    }
+    for revise_margin in [0.0, 0.2] {
+        out.push(inline(0.9, revise_margin, LOOKBACK, 4, true));
     }
     out
 }
 
 fn revision_name(r: &RevisionSettings) -> String {
     format!(
-        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?} final passes {}",
-        r.visible_threshold, r.revise_margin, r.max_checks, r.lookback, r.schedule, r.at_end, r.final_passes
+        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?} final passes {}{}",
+        r.visible_threshold,
+        r.revise_margin,
+        r.max_checks,
+        r.lookback,
+        r.schedule,
+        r.at_end,
+        r.final_passes,
+        if r.isolated_checks { " isolated" } else { "" }
     )
+}
+
+/// The first `n` examples of each task family, in file order.
+fn first_per_task(examples: &[TaskExample], n: usize) -> Vec<TaskExample> {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    examples
+        .iter()
+        .filter(|e| {
+            let c = seen.entry(e.task.as_str()).or_default();
+            *c += 1;
+            *c <= n
+        })
+        .cloned()
+        .collect()
 }
 
 /// Runs both grids on `val` and picks the settings the suite then judges on its evaluation set.
@@ -221,6 +263,7 @@ pub fn search(
     stop: &[u32],
     split: &str,
 ) -> Result<Search> {
+    let spec_val = first_per_task(val, SPEC_GRID_PER_TASK);
     // Each schedule's control: the same schedule without speculation, so a loss is speculation's.
     let mut controls = Vec::new();
     let mut spec_points: Vec<(usize, Point)> = Vec::new();
@@ -228,7 +271,7 @@ pub fn search(
         let control = run_point(
             backend,
             tok,
-            val,
+            &spec_val,
             format!("prefix_cache {}", schedule.name()),
             schedule.apply(prefix),
             false,
@@ -236,7 +279,7 @@ pub fn search(
         )?;
         controls.push((schedule, control));
         for (name, settings) in speculation_grid(schedule, prefix) {
-            spec_points.push((ci, run_point(backend, tok, val, name, settings, true, stop)?));
+            spec_points.push((ci, run_point(backend, tok, &spec_val, name, settings, true, stop)?));
         }
     }
     // The forwards budget is against prefix-cache decoding with the fixed schedule at that block.
@@ -257,10 +300,18 @@ pub fn search(
         .max_by(|a, b| loss(a).cmp(&loss(b)).then(b.1.forwards.cmp(&a.1.forwards)))
         .or_else(|| spec_points.iter().min_by_key(|(_, p)| p.forwards))
         .ok_or_else(|| anyhow::anyhow!("empty speculation grid"))?;
-    let control = &controls[*chosen_ci].1;
-    // Prefix-cache decoding as the suite runs it (the first schedule is the suite's own).
-    let base = &controls[0].1;
     let spec = chosen.settings.clone();
+    // On the whole split: prefix-cache decoding as the suite runs it (the first schedule is the
+    // suite's own), the chosen point's control and the chosen point itself.
+    let rerun = |backend: &mut RecordingBackend, p: &Point, npu_loop: bool| -> Result<Point> {
+        if spec_val.len() == val.len() {
+            return Ok(p.clone());
+        }
+        run_point(backend, tok, val, p.name.clone(), p.settings.clone(), npu_loop, stop)
+    };
+    let base = &rerun(backend, &controls[0].1, false)?;
+    let control = &if *chosen_ci == 0 { base.clone() } else { rerun(backend, &controls[*chosen_ci].1, false)? };
+    let chosen_full = rerun(backend, chosen, true)?;
 
     let mut rev_points = Vec::new();
     for r in revision_grid() {
@@ -287,16 +338,17 @@ pub fn search(
         .and_then(|p| p.settings.revision.clone())
         .ok_or_else(|| anyhow::anyhow!("empty revision grid"))?;
 
-    let chosen_json = chosen.to_json(control);
-    let lost_points = 100.0 * (control.accuracy - chosen.accuracy);
+    let chosen_json = chosen_full.to_json(control);
+    let lost_points = 100.0 * (control.accuracy - chosen_full.accuracy);
     let json = json!({
         "split": format!("{split} (tuning only)"),
         "examples": base.total,
+        "speculation_grid_examples": spec_val.len(),
         "max_forwards_ratio": MAX_FORWARDS_RATIO,
         "max_sim_latency_ratio": MAX_SIM_LATENCY_RATIO,
-        "rule": "speculation: most accuracy lost against its control (prefix-cache decoding on the same schedule, no speculation) within the forwards budget (prefix-cache decoding, fixed schedule, same block); ties: fewer forwards. Revision on that point: highest accuracy within 0.85x the SIMULATED latency of prefix-cache decoding (ties: fewer CPU-path forwards; if none fits, highest accuracy). All on the tuning split; ratios in the grid are against the control",
+        "rule": "speculation: most accuracy lost against its control (prefix-cache decoding on the same schedule, no speculation) within the forwards budget (prefix-cache decoding, fixed schedule, same block); ties: fewer forwards. Revision on that point: highest accuracy within 0.85x the SIMULATED latency of prefix-cache decoding (ties: fewer CPU-path forwards; if none fits, highest accuracy). All on the tuning split: the speculation grid and its controls on its first 50 prompts per family, the revision grid (with prefix-cache decoding, the chosen control and the chosen speculation point rerun) on all of it; ratios in the grids are against the control on the same prompts",
         "prefix_cache": base.to_json(base),
-        "controls": controls.iter().map(|(_, c)| c.to_json(base)).collect::<Vec<_>>(),
+        "controls": controls.iter().map(|(_, c)| c.to_json(&controls[0].1)).collect::<Vec<_>>(),
         "speculation_grid": spec_points.iter().map(|(ci, p)| p.to_json(&controls[*ci].1)).collect::<Vec<_>>(),
         "revision_grid": rev_points.iter().map(|p| p.to_json(control)).collect::<Vec<_>>(),
         "chosen_control": control.to_json(base),

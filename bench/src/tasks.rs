@@ -255,7 +255,7 @@ mod tests {
         }
     }
 
-    /// The ablation tunes on `unseen_val.jsonl` and judges on `unseen.jsonl`: 50 prompts per
+    /// The ablation tunes on `unseen_val.jsonl` and judges on `unseen.jsonl`: 200 prompts per
     /// family, held-out words only, none of them an evaluation prompt.
     #[test]
     fn the_unseen_tuning_split_shares_no_prompt_with_the_evaluation_set() {
@@ -273,7 +273,7 @@ mod tests {
             }
         }
         assert_eq!(per.len(), 8, "{per:?}");
-        assert!(per.values().all(|&n| n == 50), "{per:?}");
+        assert!(per.values().all(|&n| n == 200), "{per:?}");
     }
 
     #[test]

@@ -224,6 +224,11 @@ pub struct DecodeArgs {
     /// changes nothing) [default: 0].
     #[arg(long, value_name = "N", requires = "revision", help_heading = "NPU-aware decoding")]
     pub revision_final_passes: Option<usize>,
+    /// Revision: never re-check two neighbouring tokens in one forward (the ones skipped are
+    /// checked next, least recently checked first), so each is judged with its neighbour as
+    /// context; final passes then continue until every visible token had a quiet check.
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_isolated_checks: bool,
     /// How mixture-of-experts layers run: `cpu` (exact, dynamic shapes), `naive` (one launch per
     /// expert) or `static-tiers` (static capacity tiers from `unmask moe calibrate`, tokens over
     /// capacity dropped by saliency, experts grouped into one launch per group). Dense models ignore it.
@@ -266,6 +271,7 @@ impl DecodeArgs {
                 schedule: self.revision_schedule,
                 at_end: self.revision_at_end,
                 final_passes: self.revision_final_passes.unwrap_or(d.final_passes),
+                isolated_checks: self.revision_isolated_checks,
             }
         });
         SettingsOverrides {

@@ -13,6 +13,15 @@ use unmask_engine::decode::revision::{CpuPathEnd, CpuPathSchedule, RevisionSetti
 use unmask_engine::decode::speculative::SpeculativeSettings;
 use unmask_engine::decode::{CacheMode, DecodeSettings, TokenState};
 
+/// The llada test model on the virtual SM8750, timed at LLaDA-8B shapes (a CPU-path re-check on
+/// the phone's cores lasts several dense NPU forwards there).
+fn phone_8b_vnpu() -> unmask_engine::backend::vnpu::VirtualNpu {
+    use unmask_engine::backend::vnpu::replay::ModelPreset;
+    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
+    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
+    VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg).unwrap()
+}
+
 const MASK: u32 = 255;
 
 fn settings(cache: CacheMode) -> DecodeSettings {
@@ -253,13 +262,9 @@ fn cpu_path_tasks_are_on_the_virtual_npu_timeline() {
 /// CPU tasks overlap later dense forwards and never each other.
 #[test]
 fn async_cpu_path_never_stalls_the_dense_path() {
-    use unmask_engine::backend::vnpu::replay::ModelPreset;
-    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
     use unmask_engine::trace::Lane;
-    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
-    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
     let p = prompt("llada", 0);
-    let mut a = vnpu();
+    let mut a = phone_8b_vnpu();
     let (out, stats, frames) = run_npu(&mut a, &p, &settings(CacheMode::Prefix));
     assert!(!stats.lockstep && stats.concurrent);
     assert!(stats.deferred > 0 && stats.busy_steps > 0, "deferred {} busy {}", stats.deferred, stats.busy_steps);
@@ -283,7 +288,7 @@ fn async_cpu_path_never_stalls_the_dense_path() {
         .any(|c| dense.iter().any(|d| d.start_sim > c.start_sim + 1e-12 && d.start_sim < c.start_sim + c.dur_sim));
     assert!(spans_later, "no CPU task overlapped a later dense forward");
     // The same run in lockstep takes longer in simulated time (it waits for every job).
-    let mut b = vnpu();
+    let mut b = phone_8b_vnpu();
     let (lo, ls, _) = run_npu(&mut b, &p, &lockstep(CacheMode::Prefix));
     assert!(ls.lockstep && ls.deferred == 0 && ls.busy_steps == 0);
     assert!(out.simulated_s.unwrap() < lo.simulated_s.unwrap());
@@ -295,20 +300,16 @@ fn async_cpu_path_never_stalls_the_dense_path() {
 /// end, and the wait is charged to the run's last step, so draining never looks free.
 #[test]
 fn async_drain_charges_the_wait_for_the_last_job() {
-    use unmask_engine::backend::vnpu::replay::ModelPreset;
-    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
-    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
-    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
     let p = prompt("llada", 1);
     let mut s = settings(CacheMode::Prefix);
     if let Some(r) = s.revision.as_mut() {
         r.lookback = 16;
     }
-    let (dropped, sd, fd) = run_npu(&mut vnpu(), &p, &s);
+    let (dropped, sd, fd) = run_npu(&mut phone_8b_vnpu(), &p, &s);
     if let Some(r) = s.revision.as_mut() {
         r.at_end = CpuPathEnd::Drain;
     }
-    let (drained, sn, fn_) = run_npu(&mut vnpu(), &p, &s);
+    let (drained, sn, fn_) = run_npu(&mut phone_8b_vnpu(), &p, &s);
     assert_eq!((sd.dropped_jobs, sn.drained_jobs), (1, 1), "a job should be in flight at the end");
     // Identical runs up to the last step, whose time includes the wait.
     assert_eq!(fd.len(), fn_.len());
@@ -325,21 +326,17 @@ fn async_drain_charges_the_wait_for_the_last_job() {
 /// them; afterwards tokens differ only where a pass revised them, and everything ends Stable.
 #[test]
 fn final_passes_recheck_on_the_dense_path_and_are_charged() {
-    use unmask_engine::backend::vnpu::replay::ModelPreset;
-    use unmask_engine::backend::vnpu::{DeviceProfile, VirtualNpu, VnpuConfig};
-    let cfg = VnpuConfig { timed_as: Some(ModelPreset::Llada8B.config()), ..VnpuConfig::default() };
-    let vnpu = || VirtualNpu::new(model("llada"), DeviceProfile::builtin("sm8750").unwrap(), cfg.clone()).unwrap();
     let p = prompt("llada", 2);
     let mut s = settings(CacheMode::Prefix);
     if let Some(r) = s.revision.as_mut() {
         r.lookback = 32;
     }
-    let (plain, sp, fp) = run_npu(&mut vnpu(), &p, &s);
+    let (plain, sp, fp) = run_npu(&mut phone_8b_vnpu(), &p, &s);
     assert_eq!((sp.final_pass_forwards, sp.final_pass_revisions, sp.lm_head_rows_final_passes), (0, 0, 0));
     if let Some(r) = s.revision.as_mut() {
         r.final_passes = 4;
     }
-    let (fin, sf, ff) = run_npu(&mut vnpu(), &p, &s);
+    let (fin, sf, ff) = run_npu(&mut phone_8b_vnpu(), &p, &s);
     assert!((1..=4).contains(&sf.final_pass_forwards), "{} final forwards", sf.final_pass_forwards);
     assert!(sf.final_pass_revisions > 0 && sf.revisions >= sf.final_pass_revisions);
     assert!(sf.lm_head_rows_final_passes > 0);
@@ -359,7 +356,7 @@ fn final_passes_recheck_on_the_dense_path_and_are_charged() {
     if let Some(r) = s.revision.as_mut() {
         r.lookback = 0;
     }
-    let (_, s0, f0) = run_npu(&mut vnpu(), &p, &s);
+    let (_, s0, f0) = run_npu(&mut phone_8b_vnpu(), &p, &s);
     let last_block = f0.last().unwrap().block;
     let revised: Vec<usize> = f0.last().unwrap().changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
     assert!(s0.final_pass_forwards <= 4 && revised.iter().all(|&q| q >= last_block.0 && q < last_block.1));
@@ -368,6 +365,32 @@ fn final_passes_recheck_on_the_dense_path_and_are_charged() {
         r.final_passes = 65;
     }
     assert!(s.revision.as_ref().unwrap().validate().is_err());
+}
+
+/// Isolated final passes: no pass re-masks two neighbours, and the passes go on past a quiet
+/// one until every Visible token had a check after the last revision (or the budget ends).
+#[test]
+fn isolated_final_passes_check_every_token_apart_from_its_neighbours() {
+    let p = prompt("llada", 2);
+    let mut s = settings(CacheMode::Prefix);
+    if let Some(r) = s.revision.as_mut() {
+        r.lookback = 32;
+        r.final_passes = 8;
+        r.max_checks = 64;
+    }
+    let (_, plain, _) = run_npu(&mut phone_8b_vnpu(), &p, &s);
+    if let Some(r) = s.revision.as_mut() {
+        r.isolated_checks = true;
+    }
+    let (fin, iso, frames) = run_npu(&mut phone_8b_vnpu(), &p, &s);
+    // A whole-answer pass checks every Visible token at once; isolated, each pass at most every
+    // other one, so the same tokens take at least two passes and as many rows or more.
+    assert!(iso.final_pass_forwards >= 2 && iso.final_pass_forwards <= 8, "{}", iso.final_pass_forwards);
+    assert!(iso.final_pass_forwards >= plain.final_pass_forwards);
+    assert!(iso.lm_head_rows_final_passes > 0);
+    let revised: Vec<usize> = frames.last().unwrap().changes.iter().filter(|c| c.revised).map(|c| c.pos).collect();
+    assert!(revised.len() >= iso.final_pass_revisions);
+    assert!((p.len()..fin.canvas.len()).all(|q| fin.canvas.state(q) == TokenState::Stable));
 }
 
 /// The inline schedule keeps revision off the CPU: on the virtual NPU (which has a CPU path) the

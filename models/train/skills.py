@@ -32,7 +32,7 @@ FAMILIES = ["add", "sub", "reverse", "sort", "copy", "kv", "count", "chat"]
 UNSEEN_SEED = 424242
 N_PER_FAMILY_UNSEEN = 300
 # Tuning split of the same generator (the ablation bench searches its settings on it).
-N_PER_FAMILY_UNSEEN_VAL = 50
+N_PER_FAMILY_UNSEEN_VAL = 200
 MAX_ITEMS = 12
 # Default training weights of the families (train.py --skills-mix overrides)
 TRAIN_WEIGHTS = {"add": 0.15, "sub": 0.12, "reverse": 0.16, "sort": 0.16, "copy": 0.10, "kv": 0.13,

@@ -575,8 +575,12 @@ impl CpuPath {
         // the cache here: a later pass feeds positions revised by an earlier one through its
         // window instead).
         let mut stale_from = kv.map_or(0, |k| k.valid_prefix_end(canvas.len()));
+        let from = self.revisable_from(block);
+        // Quiet passes end the re-checks once every Visible token had one since the last
+        // revision (one pass unless the checks are isolated).
+        let mut revised_at_pick = self.life.picks();
         for _ in 0..self.life.settings().final_passes {
-            let checks = self.life.pick_checks(canvas, self.revisable_from(block), block.1);
+            let checks = self.life.pick_checks(canvas, from, block.1);
             if checks.is_empty() {
                 break;
             }
@@ -593,8 +597,13 @@ impl CpuPath {
             stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
             changes.extend(applied);
             match revised.iter().min() {
-                Some(&p) => stale_from = stale_from.min(p),
-                None => break,
+                Some(&p) => {
+                    stale_from = stale_from.min(p);
+                    revised_at_pick = self.life.picks();
+                }
+                None if !self.life.settings().isolated_checks => break,
+                None if self.life.all_checked_since(canvas, from, block.1, revised_at_pick) => break,
+                None => {}
             }
         }
         Ok(changes)

@@ -97,6 +97,11 @@ pub struct RevisionSettings {
     pub at_end: CpuPathEnd,
     /// Re-checks of the Visible tokens the dense path runs when the run ends (0: none).
     pub final_passes: usize,
+    /// No two positions re-checked in one forward are neighbours (least recently checked first,
+    /// so the next check takes the ones skipped). Re-masking two neighbours together asks the
+    /// model to fill both from the same context, which is how parallel decoding writes a word
+    /// twice; one at a time, each is judged with its neighbour as context.
+    pub isolated_checks: bool,
 }
 
 impl Default for RevisionSettings {
@@ -111,6 +116,7 @@ impl Default for RevisionSettings {
             schedule: CpuPathSchedule::Async,
             at_end: CpuPathEnd::Drop,
             final_passes: 0,
+            isolated_checks: false,
         }
     }
 }
@@ -331,12 +337,15 @@ impl RevisionWorker {
 pub struct Lifecycle {
     settings: RevisionSettings,
     confirms: Vec<usize>,
+    /// Per position, the number of the last pick that checked it (0: never).
+    last_pick: Vec<usize>,
+    picks: usize,
 }
 
 impl Lifecycle {
     /// Bookkeeping for a canvas of `len` positions.
     pub fn new(len: usize, settings: RevisionSettings) -> Self {
-        Lifecycle { settings, confirms: vec![0; len] }
+        Lifecycle { settings, confirms: vec![0; len], last_pick: vec![0; len], picks: 0 }
     }
 
     /// The knobs.
@@ -353,15 +362,48 @@ impl Lifecycle {
         }
     }
 
-    /// Visible positions of `[start, end)` to re-check this step: lowest confidence first, at
-    /// most `max_checks`, returned in increasing position order.
-    pub fn pick_checks(&self, canvas: &Canvas, start: usize, end: usize) -> Vec<usize> {
+    /// Visible positions of `[start, end)` to re-check this step: lowest confidence first (with
+    /// isolated checks: least recently checked first, never two neighbours), at most
+    /// `max_checks`, returned in increasing position order.
+    pub fn pick_checks(&mut self, canvas: &Canvas, start: usize, end: usize) -> Vec<usize> {
         let mut vis: Vec<usize> =
             (start..end.min(canvas.len())).filter(|&p| canvas.state(p) == TokenState::Visible).collect();
-        vis.sort_by(|&a, &b| canvas.confidence(a).total_cmp(&canvas.confidence(b)).then(a.cmp(&b)));
-        vis.truncate(self.settings.max_checks);
+        let by_confidence =
+            |a: &usize, b: &usize| canvas.confidence(*a).total_cmp(&canvas.confidence(*b)).then(a.cmp(b));
+        if self.settings.isolated_checks {
+            vis.sort_by(|a, b| self.last_pick[*a].cmp(&self.last_pick[*b]).then_with(|| by_confidence(a, b)));
+            let mut picked: Vec<usize> = Vec::new();
+            for p in vis {
+                if picked.len() == self.settings.max_checks {
+                    break;
+                }
+                if !picked.iter().any(|&q| q.abs_diff(p) == 1) {
+                    picked.push(p);
+                }
+            }
+            vis = picked;
+        } else {
+            vis.sort_by(by_confidence);
+            vis.truncate(self.settings.max_checks);
+        }
+        self.picks += 1;
+        for &p in &vis {
+            self.last_pick[p] = self.picks;
+        }
         vis.sort_unstable();
         vis
+    }
+
+    /// Whether every Visible position of `[start, end)` was checked by a pick after `pick`.
+    pub fn all_checked_since(&self, canvas: &Canvas, start: usize, end: usize, pick: usize) -> bool {
+        (start..end.min(canvas.len()))
+            .filter(|&p| canvas.state(p) == TokenState::Visible)
+            .all(|p| self.last_pick[p] > pick)
+    }
+
+    /// Picks made so far.
+    pub fn picks(&self) -> usize {
+        self.picks
     }
 
     /// Applies the CPU path's verdicts to `canvas` at `step` and returns the changes.
@@ -431,6 +473,29 @@ mod tests {
         assert_eq!(judge(&check(1, 0.35, 2, 0.5), &s), Verdict::Keep, "margin not met");
         assert_eq!(judge(&check(1, 0.95, 1, 0.95), &s), Verdict::Confirm);
         assert_eq!(judge(&check(1, 0.8, 1, 0.8), &s), Verdict::Keep);
+    }
+
+    /// Isolated checks never re-mask two neighbours in one forward; the next pick starts with
+    /// the positions the last one skipped, so two picks cover a run of Visible tokens.
+    #[test]
+    fn isolated_checks_skip_neighbours_and_rotate() {
+        let mut canvas = Canvas::new(&[7], 6, 9);
+        for (p, c) in [(1, 0.5), (2, 0.1), (3, 0.6), (4, 0.2), (5, 0.3)] {
+            canvas.commit(p, 4, c, 0, TokenState::Visible);
+        }
+        let plain = RevisionSettings { max_checks: 8, ..Default::default() };
+        assert_eq!(Lifecycle::new(canvas.len(), plain.clone()).pick_checks(&canvas, 0, 7), vec![1, 2, 3, 4, 5]);
+        let mut life = Lifecycle::new(canvas.len(), RevisionSettings { isolated_checks: true, ..plain });
+        // Lowest confidence first: 2 (0.1), 4 (0.2); 5, 1 and 3 touch a pick.
+        assert_eq!(life.pick_checks(&canvas, 0, 7), vec![2, 4]);
+        assert!(!life.all_checked_since(&canvas, 0, 7, 0));
+        // Never checked first: 5 (0.3), then 1 (0.5) and 3 (0.6) - 3 is no neighbour of 1 or 5.
+        assert_eq!(life.pick_checks(&canvas, 0, 7), vec![1, 3, 5]);
+        assert!(life.all_checked_since(&canvas, 0, 7, 0));
+        assert!(!life.all_checked_since(&canvas, 0, 7, 1), "2 and 4 were checked by pick 1, not after");
+        // The budget caps a pick as before.
+        life.settings.max_checks = 1;
+        assert_eq!(life.pick_checks(&canvas, 0, 7), vec![2]);
     }
 
     #[test]
