@@ -9,7 +9,8 @@
 //!   positions before it (lowest commit confidence first). Choice: the checked positions are
 //!   **re-masked** in that forward, because a LLaDA-style model is trained to predict masked
 //!   positions only; the row of a visible token mostly echoes its own input and says little
-//!   about whether the context supports it.
+//!   about whether the context supports it. With `isolated_checks` no two of them are
+//!   neighbours (least recently checked first), so each is judged with its neighbour as context.
 //! * [`judge`]: with `p_cur` = probability of the current token and `best` the top non-mask token,
 //!   the token is **revised** to `best` when `best ≠ current`, `p_cur < visible_threshold` and
 //!   `p_best ≥ p_cur + revise_margin`; it is **confirmed** when `p_cur ≥ stable_threshold`
@@ -20,7 +21,8 @@
 //! * **Final passes** (`final_passes`, default 0): when the run ends, the dense path itself
 //!   re-checks the Visible tokens still revisable, up to that many times (one dense forward
 //!   each, the checked positions re-masked, the same rule), stopping early after a pass that
-//!   revises nothing. It spends dense forwards the run saved elsewhere to give every token one
+//!   revises nothing (with isolated checks: once every Visible token had a check since the last
+//!   revision). It spends dense forwards the run saved elsewhere to give every token one
 //!   check with the whole answer as context, which the CPU path (a few jobs per run at phone
 //!   timing) cannot.
 //! * Revised tokens' K/V are recomputed on the CPU path against a snapshot of the prefix cache
