@@ -509,9 +509,7 @@ impl CpuPath {
         let Some(f) = self.in_flight.take_if(|f| f.done_at <= clock + 1e-12) else { return Ok(Vec::new()) };
         let o = &f.outcome;
         stats.deferred += usize::from(f.step != step);
-        let mut changes = self.life.apply(canvas, o, step);
-        stats.revisions += changes.iter().filter(|c| c.revised).count();
-        stats.promotions += changes.iter().filter(|c| c.state == TokenState::Stable).count();
+        let mut changes = self.apply_verdicts(canvas, o, step, stats);
         if let (Some(p), Some(k)) = (o.pending.as_ref(), kv) {
             let merged = p.merge_into(k, canvas.tokens())?;
             if !merged.is_empty() {
@@ -590,11 +588,9 @@ impl CpuPath {
             self.end_s += o.simulated_s.unwrap_or(0.0);
             stats.final_pass_forwards += o.forwards;
             stats.lm_head_rows_final_passes += o.checks.len();
-            let applied = self.life.apply(canvas, &o, step);
+            let applied = self.apply_verdicts(canvas, &o, step, stats);
             let revised: Vec<usize> = applied.iter().filter(|c| c.revised).map(|c| c.pos).collect();
-            stats.revisions += revised.len();
             stats.final_pass_revisions += revised.len();
-            stats.promotions += applied.iter().filter(|c| c.state == TokenState::Stable).count();
             changes.extend(applied);
             match revised.iter().min() {
                 Some(&p) => {
@@ -624,9 +620,7 @@ impl CpuPath {
                 self.clock += wait;
                 stats.drained_jobs += 1;
                 stats.deferred += usize::from(f.step != step);
-                let changes = self.life.apply(canvas, &f.outcome, step);
-                stats.revisions += changes.iter().filter(|c| c.revised).count();
-                stats.promotions += changes.iter().filter(|c| c.state == TokenState::Stable).count();
+                let changes = self.apply_verdicts(canvas, &f.outcome, step, stats);
                 return Ok(changes);
             }
             return Ok(Vec::new());
@@ -634,6 +628,21 @@ impl CpuPath {
         stats.dropped_jobs += usize::from(self.in_flight.take().is_some());
         stats.dropped_jobs += usize::from(self.thread.as_mut().is_some_and(RevisionThread::abandon));
         Ok(Vec::new())
+    }
+
+    /// Applies a job's verdicts (validated by the lifecycle) and counts its revisions and
+    /// promotions.
+    fn apply_verdicts(
+        &mut self,
+        canvas: &mut Canvas,
+        outcome: &RevisionOutcome,
+        step: usize,
+        stats: &mut DualPathStats,
+    ) -> Vec<TokenChange> {
+        let changes = self.life.apply(canvas, outcome, step);
+        stats.revisions += changes.iter().filter(|c| c.revised).count();
+        stats.promotions += changes.iter().filter(|c| c.state == TokenState::Stable).count();
+        changes
     }
 
     /// Revision forwards the dense backend ran since the last call (inline jobs, final passes):
