@@ -483,19 +483,28 @@ def render_ablation_search(d):
                "the same schedule without speculation):\n\n" +
                table(["point", "accuracy", "change (points)", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
     ch = s.get("chosen_speculation") or {}
+    grids = s.get("revision_grids")
+    if grids is None and s.get("revision_grid") is not None:
+        grids = [{"speculation": ch, "points": s.get("revision_grid")}]
+    for gr in grids or []:
+        sp = gr.get("speculation") or {}
+        rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
+                 g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),
+                 g(p.get("cpu_path_forwards")), fx(p.get("forwards_ratio_vs_prefix_cache"), 3),
+                 fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
+                for p in gr.get("points") or []]
+        if rows:
+            out.append(f"Revision grid on **{g(sp.get('name'))}** (on the whole split: accuracy {fx(sp.get('accuracy'), 3)}, "
+                       f"{pts(sp.get('accuracy_change_vs_prefix_cache_points'))} points against its control"
+                       f"{' ' + fx((gr.get('control') or {}).get('accuracy'), 3) if gr.get('control') else ''}). Change "
+                       "against that control; re-check forwards: the CPU path's, or the dense device's for the inline "
+                       "schedule and final passes, which the forwards ratio then includes:\n\n" +
+                       table(["revision", "accuracy", "change (points)", "revisions", "fixed / broke / neutral",
+                              "re-check forwards", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
+    rev = s.get("chosen_revision") or {}
     out.append(f"Chosen: **{g(ch.get('name'))}**, {pts(s.get('chosen_speculation_loss_points'))} points lost against "
-               f"its control on the tuning split.\n")
-    rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
-             g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),
-             g(p.get("cpu_path_forwards")), fx(p.get("forwards_ratio_vs_prefix_cache"), 3),
-             fx(p.get("sim_8b_latency_ratio_vs_prefix_cache"), 3)]
-            for p in s.get("revision_grid") or []]
-    if rows:
-        out.append("Revision grid on the chosen point (change against the control; re-check forwards: the CPU "
-                   "path's, or the dense device's for the inline schedule and final passes, which the forwards "
-                   "ratio then includes):\n\n" +
-                   table(["revision", "accuracy", "change (points)", "revisions", "fixed / broke / neutral",
-                          "re-check forwards", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
+               f"its control on the whole tuning split, with revision "
+               f"`{', '.join(f'{k} {json.dumps(v)}' for k, v in rev.items())}`.\n")
     return out
 
 

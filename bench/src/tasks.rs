@@ -274,6 +274,22 @@ mod tests {
         }
         assert_eq!(per.len(), 8, "{per:?}");
         assert!(per.values().all(|&n| n == 200), "{per:?}");
+        // Its chat rows ask for the same replies as often as the evaluation set's do (within a
+        // row per reply), so a search does not tune on mostly out-of-scope questions.
+        let replies = |rows: &[TaskExample]| {
+            let chat: Vec<&TaskExample> = rows.iter().filter(|r| r.task == "chat").collect();
+            let mut share: BTreeMap<String, f64> = BTreeMap::new();
+            for r in &chat {
+                *share.entry(r.answer.clone()).or_default() += 1.0 / chat.len() as f64;
+            }
+            share
+        };
+        let (eval_mix, tune_mix) = (replies(&unseen()), replies(&tune));
+        assert_eq!(eval_mix.len(), 7, "{eval_mix:?}");
+        for (reply, share) in &eval_mix {
+            let tuned = tune_mix.get(reply).copied().unwrap_or(0.0);
+            assert!((tuned - share).abs() <= 1.0 / 200.0 + 1e-9, "{reply:?}: {tuned} vs {share}");
+        }
     }
 
     #[test]

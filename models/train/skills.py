@@ -454,11 +454,71 @@ def unseen_set(per_family=N_PER_FAMILY_UNSEEN, seed=UNSEEN_SEED):
     return heldout_rows(per_family, seed)
 
 
+# Extra phrasings of the conversational intents for the tuning split only: the held-out side of
+# PHRASES has a few dozen messages per intent and the evaluation set takes most of them, so
+# without these the split's chat rows would be almost all out-of-scope questions. Nothing is
+# trained on them and the evaluation set never uses them.
+VAL_PHRASES = {
+    "greet": ["hello you", "hi everyone", "hey, hello", "good morning to you", "hi, good evening", "hello, model",
+              "greetings, bot", "hey there friend", "a warm hello", "top of the morning"],
+    "how_are_you": ["how are you holding up", "how goes it", "how's life", "you alright", "how are you keeping",
+                    "are you doing well", "how's your evening", "how are things with you", "how you doing",
+                    "feeling good today"],
+    "identity": ["what is this thing", "who built you", "what am i chatting with", "are you a computer",
+                 "what are you exactly", "tell me who you are", "are you software", "what sort of ai are you",
+                 "is this a bot", "what should i know about you"],
+    "abilities": ["what can you help me with", "what kinds of things can you do", "what's possible here",
+                  "which tasks do you handle", "what can you do for me", "what are you for", "how can you be useful",
+                  "give me your list of skills", "what can you manage", "tell me what you can do"],
+    "thanks": ["thanks a bunch", "thank you, friend", "big thanks", "thanks heaps", "cheers, thanks",
+               "thank you for that", "thanks loads", "i appreciate that", "thanks, that's great", "lovely, thanks"],
+    "bye": ["bye now", "see you soon", "goodbye for now", "i'm off", "until next time", "catch you soon",
+            "have a good one", "signing off", "good night then", "see you around"],
+}
+
+
 def unseen_val_set(per_family=N_PER_FAMILY_UNSEEN_VAL, seed=UNSEEN_SEED + 2):
     """Tuning split of the unseen generator (held-out words and instructions, like the evaluation
     set): `per_family` distinct messages per family, none of them in `unseen_set()`, so a search
-    tuned on it is judged on prompts it never saw. Nothing is trained on either."""
-    return heldout_rows(per_family, seed, exclude={r["message"] for r in unseen_set()})
+    tuned on it is judged on prompts it never saw. Nothing is trained on either. Its chat rows
+    follow the evaluation set's mix of intents, phrased from the held-out phrasings the
+    evaluation set left and `VAL_PHRASES`."""
+    evaluation = unseen_set()
+    taken = {r["message"] for r in evaluation}
+    rows = [r for r in heldout_rows(per_family, seed, exclude=taken) if r["task"] != "chat"]
+    return rows + val_chat_rows(per_family, seed, evaluation, taken)
+
+
+def val_chat_rows(n, seed, evaluation, taken):
+    """`n` chat rows with the intents in the evaluation set's proportions (largest remainders)."""
+    answers = {v: k for k, v in REPLIES.items()}
+    counts = {i: 0 for i in INTENTS}
+    for r in evaluation:
+        if r["task"] == "chat":
+            counts[answers[r["answer"]]] += 1
+    total = sum(counts.values())
+    quota = {i: n * c // total for i, c in counts.items()}
+    for i in sorted(INTENTS, key=lambda i: -(n * counts[i] % total))[:n - sum(quota.values())]:
+        quota[i] += 1
+    rng = np.random.default_rng([seed, FAMILIES.index("chat")])
+    rows = []
+    for intent in INTENTS:
+        if intent == "out_of_scope":
+            phrase = lambda: chat_phrase(rng, intent, "heldout")
+        else:
+            cores = [p for p in PHRASES[intent] if heldout_text(p)] + VAL_PHRASES[intent]
+            question = intent in ("how_are_you", "identity", "abilities")
+            phrase = lambda: _dress(rng, cores[int(rng.integers(len(cores)))], question)
+        seen = set()
+        while len(seen) < quota[intent]:
+            msg = phrase()
+            if msg in seen or msg in taken:
+                continue
+            seen.add(msg)
+            rows.append({"task": "chat", "message": msg, "prompt": data.chat_prompt(msg), "answer": REPLIES[intent]})
+    # Interleave the intents, as the generator does, so the first rows are a fair sample too.
+    order = rng.permutation(len(rows))
+    return [rows[i] for i in order]
 
 
 def write_unseen(out_dir=data.DATA_DIR, per_family=N_PER_FAMILY_UNSEEN, long=False):
