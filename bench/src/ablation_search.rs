@@ -20,8 +20,9 @@
 //!    inline schedule (no CPU path: the dense device re-checks after each forward) over visible
 //!    threshold x revise margin, without or with two final passes (dense re-checks of the whole
 //!    answer at the end) whose re-checked positions are never neighbours (isolated). The earlier
-//!    searches' larger grids (in `docs/decoding.md`) found no look-back, the async drop and
-//!    plain (non-isolated) final passes never better, so they are left out. The pair kept: the
+//!    searches' larger grids (64 and 24 points on one speculation point, in the history of
+//!    `bench/results/ablation.json`) found no look-back, the async drop and plain
+//!    (non-isolated) final passes never better, so they are left out. The pair kept: the
 //!    highest accuracy within 0.85x the simulated latency of prefix-cache decoding (the goal's
 //!    budget; if no point fits, highest accuracy), among candidates that still lose the goal's
 //!    points on the whole split (if none does, among all); ties: fewer forwards, then fewer
