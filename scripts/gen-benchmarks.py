@@ -483,10 +483,7 @@ def render_ablation_search(d):
                "the same schedule without speculation):\n\n" +
                table(["point", "accuracy", "change (points)", "forwards ratio", f"{SIM} 8B latency ratio"], rows))
     ch = s.get("chosen_speculation") or {}
-    grids = s.get("revision_grids")
-    if grids is None and s.get("revision_grid") is not None:
-        grids = [{"speculation": ch, "points": s.get("revision_grid")}]
-    for gr in grids or []:
+    for gr in s.get("revision_grids") or []:
         sp = gr.get("speculation") or {}
         rows = [[p.get("name", "").split(" + ", 1)[-1], fx(p.get("accuracy"), 3), pts(p.get("accuracy_change_vs_prefix_cache_points")),
                  g(p.get("revisions")), " / ".join(g(x) for x in p.get("revisions_fixed_broke_neutral") or []),

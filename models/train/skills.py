@@ -331,10 +331,13 @@ def chat_phrase(rng, intent, side):
             # held out: the topic or the template is held out; training: neither is
             if (heldout_text(x) or heldout_text(tpl)) == held:
                 return _dress(rng, core, True)
-    cands = [p for p in PHRASES[intent] if heldout_text(p) == held]
-    core = cands[int(rng.integers(len(cands)))]
-    question = intent in ("how_are_you", "identity", "abilities")
-    return _dress(rng, core, question)
+    return dressed_phrase(rng, intent, [p for p in PHRASES[intent] if heldout_text(p) == held])
+
+
+def dressed_phrase(rng, intent, cores):
+    """One of `cores`, dressed as a question where the intent asks one."""
+    core = cores[int(rng.integers(len(cores)))]
+    return _dress(rng, core, intent in ("how_are_you", "identity", "abilities"))
 
 
 # ---------------------------------------------------------------- long answers (64-256 tokens)
@@ -507,8 +510,7 @@ def val_chat_rows(n, seed, evaluation, taken):
             phrase = lambda: chat_phrase(rng, intent, "heldout")
         else:
             cores = [p for p in PHRASES[intent] if heldout_text(p)] + VAL_PHRASES[intent]
-            question = intent in ("how_are_you", "identity", "abilities")
-            phrase = lambda: _dress(rng, cores[int(rng.integers(len(cores)))], question)
+            phrase = lambda: dressed_phrase(rng, intent, cores)
         seen = set()
         while len(seen) < quota[intent]:
             msg = phrase()
