@@ -18,11 +18,12 @@
 //!    with the later blocks as context): the asynchronous CPU path with its last job drained and
 //!    the lockstep one (every step's job runs), at visible threshold 0.9 and margin 0.2; the
 //!    inline schedule (no CPU path: the dense device re-checks after each forward) over visible
-//!    threshold x revise margin, without or with two final passes (dense re-checks of the whole
-//!    answer at the end) whose re-checked positions are never neighbours (isolated). The earlier
-//!    searches' larger grids (64 and 24 points on one speculation point, in the history of
-//!    `bench/results/ablation.json`) found no look-back, the async drop and plain
-//!    (non-isolated) final passes never better, so they are left out. The pair kept: the
+//!    threshold x revise margin, each with two final passes (dense re-checks of the whole answer
+//!    at the end) whose re-checked positions are never neighbours (isolated), reading the prefix
+//!    cache or forwarding the whole canvas fresh. The earlier searches' larger grids (64, 24 and
+//!    10 points, in the history of `bench/results/ablation.json`) found no look-back, the async
+//!    drop and plain (non-isolated) final passes never better, and no final passes better than
+//!    two isolated ones only once (by 2 prompts of 1,600), so they are left out. The pair kept: the
 //!    highest accuracy within 0.85x the simulated latency of prefix-cache decoding (the goal's
 //!    budget; if no point fits, highest accuracy), among candidates that still lose the goal's
 //!    points on the whole split (if none does, among all); ties: fewer forwards, then fewer
@@ -195,8 +196,9 @@ fn speculation_grid(schedule: Schedule, prefix: &DecodeSettings) -> Vec<(String,
 
 /// The revision grid (see the module docs): 10 points.
 fn revision_grid() -> Vec<RevisionSettings> {
-    let point =
-        |schedule, at_end, visible_threshold: f64, revise_margin, final_passes, isolated_checks| RevisionSettings {
+    // Final passes: (passes, isolated checks, fresh whole-canvas forwards).
+    let point = |schedule, at_end, visible_threshold: f64, revise_margin, (final_passes, isolated_checks, fresh)| {
+        RevisionSettings {
             visible_threshold,
             stable_threshold: visible_threshold.max(RevisionSettings::default().stable_threshold),
             revise_margin,
@@ -206,23 +208,18 @@ fn revision_grid() -> Vec<RevisionSettings> {
             at_end,
             final_passes,
             isolated_checks,
+            fresh_final_passes: fresh,
             ..Default::default()
-        };
+        }
+    };
     let mut out = vec![
-        point(CpuPathSchedule::Async, CpuPathEnd::Drain, 0.9, 0.2, 0, false),
-        point(CpuPathSchedule::Lockstep, CpuPathEnd::Drop, 0.9, 0.2, 0, false),
+        point(CpuPathSchedule::Async, CpuPathEnd::Drain, 0.9, 0.2, (0, false, false)),
+        point(CpuPathSchedule::Lockstep, CpuPathEnd::Drop, 0.9, 0.2, (0, false, false)),
     ];
     for visible_threshold in [0.9f64, 0.99] {
         for revise_margin in [0.0, 0.2] {
-            for (final_passes, isolated) in [(0, false), (2, true)] {
-                out.push(point(
-                    CpuPathSchedule::Inline,
-                    CpuPathEnd::Drop,
-                    visible_threshold,
-                    revise_margin,
-                    final_passes,
-                    isolated,
-                ));
+            for passes in [(2, true, false), (2, true, true)] {
+                out.push(point(CpuPathSchedule::Inline, CpuPathEnd::Drop, visible_threshold, revise_margin, passes));
             }
         }
     }
@@ -231,7 +228,7 @@ fn revision_grid() -> Vec<RevisionSettings> {
 
 fn revision_name(r: &RevisionSettings) -> String {
     format!(
-        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?} final passes {}{}",
+        "revision visible {} margin {} checks {} lookback {} {:?} at end {:?} final passes {}{}{}",
         r.visible_threshold,
         r.revise_margin,
         r.max_checks,
@@ -239,7 +236,8 @@ fn revision_name(r: &RevisionSettings) -> String {
         r.schedule,
         r.at_end,
         r.final_passes,
-        if r.isolated_checks { " isolated" } else { "" }
+        if r.isolated_checks { " isolated" } else { "" },
+        if r.fresh_final_passes { " fresh" } else { "" }
     )
 }
 

@@ -229,6 +229,10 @@ pub struct DecodeArgs {
     /// context; final passes then continue until every visible token had a quiet check.
     #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
     pub revision_isolated_checks: bool,
+    /// Revision: final passes forward the whole canvas without the KV cache (every position's
+    /// K/V recomputed from the finished answer; a longer window per pass).
+    #[arg(long, requires = "revision", help_heading = "NPU-aware decoding")]
+    pub revision_fresh_final_passes: bool,
     /// How mixture-of-experts layers run: `cpu` (exact, dynamic shapes), `naive` (one launch per
     /// expert) or `static-tiers` (static capacity tiers from `unmask moe calibrate`, tokens over
     /// capacity dropped by saliency, experts grouped into one launch per group). Dense models ignore it.
@@ -272,6 +276,7 @@ impl DecodeArgs {
                 at_end: self.revision_at_end,
                 final_passes: self.revision_final_passes.unwrap_or(d.final_passes),
                 isolated_checks: self.revision_isolated_checks,
+                fresh_final_passes: self.revision_fresh_final_passes,
             }
         });
         SettingsOverrides {

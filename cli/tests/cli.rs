@@ -95,6 +95,7 @@ fn npu_aware_flags_reach_the_decoder() {
     let mut a = base.to_vec();
     a.extend(["--speculative", "--spec-lookahead", "8", "--spec-buckets", "8,16", "--revision", "--revision-max-checks", "2", "--revision-lookback", "8"]);
     a.extend(["--revision-final-passes", "3", "--revision-schedule", "inline", "--revision-isolated-checks"]);
+    a.push("--revision-fresh-final-passes");
     let v = env.json(&a);
     let run = v["run_id"].as_i64().unwrap();
     let show = env.json(&["runs", "show", &run.to_string(), "--json"]);
@@ -106,6 +107,7 @@ fn npu_aware_flags_reach_the_decoder() {
     assert_eq!(s["revision"]["final_passes"], 3);
     assert_eq!(s["revision"]["schedule"], "inline");
     assert_eq!(s["revision"]["isolated_checks"], true);
+    assert_eq!(s["revision"]["fresh_final_passes"], true);
     assert_eq!(s["revision"]["stable_threshold"], 0.9);
     // Out of range is refused with a message, before anything runs.
     let mut bad = base.to_vec();

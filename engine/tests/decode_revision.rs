@@ -393,6 +393,44 @@ fn isolated_final_passes_check_every_token_apart_from_its_neighbours() {
     assert!((p.len()..fin.canvas.len()).all(|q| fin.canvas.state(q) == TokenState::Stable));
 }
 
+/// Fresh final passes forward the whole canvas without the cache (every position's K/V from the
+/// finished answer); cached ones read the prefix cache and forward only from the first check.
+/// Up to the end the two runs are the same run.
+#[test]
+fn fresh_final_passes_forward_the_whole_canvas_without_the_cache() {
+    use unmask_engine::model::KvMode;
+    let p = prompt("llada", 2);
+    let mut s = settings(CacheMode::Prefix);
+    if let Some(r) = s.revision.as_mut() {
+        r.lookback = 32;
+        r.final_passes = 4;
+        r.isolated_checks = true;
+        r.schedule = CpuPathSchedule::Inline;
+    }
+    let passes = |s: &DecodeSettings| {
+        let mut be = FakeNpu::new(model("llada"), Some(vec![16, 32, 64]));
+        let (out, st, frames) = run_npu(&mut be, &p, s);
+        let fwds = be.forwards();
+        assert!(st.final_pass_forwards > 0);
+        let before = fwds[..fwds.len() - st.final_pass_forwards].to_vec();
+        let last = fwds[fwds.len() - st.final_pass_forwards..].to_vec();
+        (out, frames.len(), before, last)
+    };
+    let (cached, cached_steps, cached_before, cached_last) = passes(&s);
+    if let Some(r) = s.revision.as_mut() {
+        r.fresh_final_passes = true;
+    }
+    let (fresh, fresh_steps, fresh_before, fresh_last) = passes(&s);
+    let canvas = fresh.canvas.len();
+    assert!(fresh_last.iter().all(|f| f.start == 0 && f.len == canvas && f.kv == KvMode::Ignore));
+    assert!(cached_last.iter().all(|f| f.start > 0 && f.len < canvas && f.kv == KvMode::Read));
+    assert!(fresh_last.iter().all(|f| !f.rows.is_empty() && f.rows.iter().all(|&r| r >= p.len())));
+    assert_eq!(cached_steps, fresh_steps);
+    let shape = |f: &[common::Fwd]| f.iter().map(|f| (f.start, f.len, f.rows.clone())).collect::<Vec<_>>();
+    assert_eq!(shape(&cached_before), shape(&fresh_before), "the runs differ only at the end");
+    assert_eq!(cached.canvas.len(), canvas);
+}
+
 /// The inline schedule keeps revision off the CPU: on the virtual NPU (which has a CPU path) the
 /// re-checks run on the dense device right after each forward, on the NPU lane; their forwards
 /// are the run's and a step lasts both. Its verdicts are lockstep's, so the tokens are too.

@@ -582,7 +582,8 @@ impl CpuPath {
             if checks.is_empty() {
                 break;
             }
-            let job = self.revision_job(canvas, checks, kv, stale_from, false);
+            let cache = if self.life.settings().fresh_final_passes { None } else { kv };
+            let job = self.revision_job(canvas, checks, cache, stale_from, false);
             let o = RevisionWorker::run(backend, job)?;
             self.dense_forwards += o.forwards;
             self.end_s += o.simulated_s.unwrap_or(0.0);

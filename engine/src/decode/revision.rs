@@ -24,7 +24,8 @@
 //!   revises nothing (with isolated checks: once every Visible token had a check since the last
 //!   revision). It spends dense forwards the run saved elsewhere to give every token one
 //!   check with the whole answer as context, which the CPU path (a few jobs per run at phone
-//!   timing) cannot.
+//!   timing) cannot. With `fresh_final_passes` they forward the whole canvas without the cache
+//!   (fresh K/V everywhere, a longer window).
 //! * Revised tokens' K/V are recomputed on the CPU path against a snapshot of the prefix cache
 //!   and written to a side buffer in the NPU's tiled layout ([`PendingKv`] / `TiledKv`); the
 //!   loop merges them into the prefix cache only at the step boundary (delayed merge).
@@ -104,6 +105,11 @@ pub struct RevisionSettings {
     /// model to fill both from the same context, which is how parallel decoding writes a word
     /// twice; one at a time, each is judged with its neighbour as context.
     pub isolated_checks: bool,
+    /// Final passes forward the whole canvas without the cache, so every position's K/V comes
+    /// from the finished answer. The prefix cache's K/V of the prompt and of earlier blocks were
+    /// computed while later positions were still masked; a check against them judges a token by
+    /// a context the answer no longer has (the prefix cache's accuracy cost on arithmetic).
+    pub fresh_final_passes: bool,
 }
 
 impl Default for RevisionSettings {
@@ -119,6 +125,7 @@ impl Default for RevisionSettings {
             at_end: CpuPathEnd::Drop,
             final_passes: 0,
             isolated_checks: false,
+            fresh_final_passes: false,
         }
     }
 }

@@ -123,6 +123,7 @@ fn decode_settings(src: &mut ByteSource<'_>, vocab: usize) -> DecodeSettings {
             at_end: src.pick(&[CpuPathEnd::Drop, CpuPathEnd::Drain]),
             final_passes: size(src),
             isolated_checks: src.one_in(2),
+            fresh_final_passes: src.one_in(2),
         }),
         moe: src.one_in(3).then(|| unmask_engine::moe::MoeSettings {
             policy: src.pick(&[MoePolicy::Cpu, MoePolicy::Naive, MoePolicy::StaticTiers]),
