@@ -281,8 +281,8 @@ fn spec_candidates(
     let mut out: Vec<usize> = Vec::new();
     for i in ranked {
         let lost_points = 100.0 * lost(i) as f64 / points[i].1.total.max(1) as f64;
-        let fresh = !out.iter().any(|&j| points[j].0 == points[i].0 && accept(j) == accept(i));
-        if fresh && out.len() < MAX_SPEC_CANDIDATES && (out.is_empty() || lost_points >= GOAL_LOSS_POINTS) {
+        let first_of_kind = !out.iter().any(|&j| points[j].0 == points[i].0 && accept(j) == accept(i));
+        if first_of_kind && out.len() < MAX_SPEC_CANDIDATES && (out.is_empty() || lost_points >= GOAL_LOSS_POINTS) {
             out.push(i);
         }
     }
